@@ -1,0 +1,274 @@
+"""Positional encodings as pure jax.numpy functions of positions (no Haiku here).
+
+Shape glossary:
+  B  batch size            T  sequence length (Tq queries, Tk keys)
+  H  attention heads        D  feature size of an encoding or of one head
+  R  size of the sinusoid used by the relative encoding (Transformer-XL)
+  k  number of position axes (only with per_axis=True; a 2-D grid has k=2)
+
+Positions may be integers or floats. With `per_axis=True` the last axis of the
+positions holds one coordinate per axis ([..., T, k]) and the feature size is
+split evenly between the axes; each axis is encoded as a 1-D position.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+DEFAULT_MAX_TIMESCALE = 10_000.0
+
+
+def inverse_frequencies(dim: int, max_timescale: float = DEFAULT_MAX_TIMESCALE) -> jax.Array:
+  """max_timescale ** (-2i / dim) for i < dim / 2, float32[dim // 2]."""
+  if dim % 2:
+    raise ValueError(f"sin/cos features need an even size, got dim={dim}")
+  exponents = np.arange(0, dim, 2, dtype=np.float64) / dim
+  return jnp.asarray(max_timescale**-exponents, dtype=jnp.float32)
+
+
+def _angles(positions, dim: int, max_timescale: float, per_axis: bool) -> jax.Array:
+  """positions[..., T] (or [..., T, k]) -> angles float32[..., T, dim // 2]."""
+  positions = jnp.asarray(positions, jnp.float32)
+  if not per_axis:
+    return positions[..., None] * inverse_frequencies(dim, max_timescale)
+  num_axes = positions.shape[-1]
+  if dim % (2 * num_axes):
+    raise ValueError(
+        f"dim={dim} must be divisible by 2 * number of axes ({2 * num_axes})"
+    )
+  per = dim // num_axes
+  return jnp.concatenate(
+      [_angles(positions[..., a], per, max_timescale, False) for a in range(num_axes)],
+      axis=-1,
+  )
+
+
+def sinusoid(
+    positions, dim: int, max_timescale: float = DEFAULT_MAX_TIMESCALE, *,
+    per_axis: bool = False,
+) -> jax.Array:
+  """Sin/cos encodings (Vaswani et al. 2017) at arbitrary positions.
+
+  Layout as in the original release: sines in the first half, cosines in the
+  second, out[t, i] = sin(p_t * w_i) and out[t, dim/2 + i] = cos(p_t * w_i)
+  with w_i = max_timescale ** (-2i / dim).
+
+  Args:
+    positions: [..., T] integer or float positions ([..., T, k] with per_axis).
+    dim: even feature size.
+    max_timescale: the longest wavelength.
+    per_axis: encode each of the k axes in dim / k features (sin/cos per axis).
+
+  Returns:
+    float32[..., T, dim].
+  """
+  if per_axis:
+    positions = jnp.asarray(positions)
+    num_axes = positions.shape[-1]
+    if dim % (2 * num_axes):
+      raise ValueError(f"dim={dim} must be divisible by 2 * number of axes ({2 * num_axes})")
+    return jnp.concatenate(
+        [sinusoid(positions[..., a], dim // num_axes, max_timescale) for a in range(num_axes)],
+        axis=-1,
+    )
+  angles = _angles(positions, dim, max_timescale, False)
+  return jnp.concatenate([jnp.sin(angles), jnp.cos(angles)], axis=-1)
+
+
+def apply_rope(
+    x: jax.Array, positions, max_timescale: float = DEFAULT_MAX_TIMESCALE, *,
+    per_axis: bool = False,
+) -> jax.Array:
+  """Rotary position embedding (Su et al. 2021) of queries or keys.
+
+  Feature pairs (2m, 2m + 1) are rotated by the angle p_t * w_m, as in the
+  original release. Then <rope(q, p_i), rope(k, p_j)> depends on the positions
+  only through p_j - p_i.
+
+  Args:
+    x: [B, T, H, D] queries or keys, D even.
+    positions: [T] or [B, T] integer or float positions ([..., T, k] with per_axis).
+    max_timescale: the longest wavelength.
+    per_axis: rotate D / k features by each of the k position axes.
+
+  Returns:
+    Array of the same shape and dtype as x.
+  """
+  angles = _angles(positions, x.shape[-1], max_timescale, per_axis)  # [..., T, D/2]
+  angles = angles[..., :, None, :]  # [..., T, 1, D/2], broadcasts over heads
+  cos, sin = jnp.cos(angles).astype(x.dtype), jnp.sin(angles).astype(x.dtype)
+  even, odd = x[..., 0::2], x[..., 1::2]
+  rotated = jnp.stack([even * cos - odd * sin, odd * cos + even * sin], axis=-1)
+  return rotated.reshape(x.shape)
+
+
+def alibi_slopes(num_heads: int) -> np.ndarray:
+  """ALiBi head slopes (Press et al. 2022), as in the official implementation.
+
+  For a power of two n the slopes are 2^(-8/n), 2^(-16/n), ..., 2^(-8); other
+  head counts take the slopes of the largest power of two below, then every
+  other slope of twice that power.
+
+  Returns:
+    float32[num_heads].
+  """
+  if num_heads < 1:
+    raise ValueError(f"num_heads must be >= 1, got {num_heads}")
+
+  def power_of_two(n: int) -> list[float]:
+    start = 2.0 ** (-(2.0 ** -(math.log2(n) - 3)))
+    return [start * start**i for i in range(n)]
+
+  if math.log2(num_heads).is_integer():
+    slopes = power_of_two(num_heads)
+  else:
+    closest = 2 ** math.floor(math.log2(num_heads))
+    slopes = power_of_two(closest) + list(alibi_slopes(2 * closest)[0::2][: num_heads - closest])
+  return np.asarray(slopes, dtype=np.float32)
+
+
+def alibi_bias_from_distances(distances, slopes) -> jax.Array:
+  """ALiBi bias of a bidirectional encoder from signed distances key - query.
+
+  bias[h, i, j] = slopes[h] * (-|d_ij| + 0.5 * [d_ij < 0]): the release's
+  symmetric penalty plus 0.5 for keys on the left of the query, so that the
+  model can tell left from right.
+
+  Args:
+    distances: [Tq, Tk] signed distances (key position minus query position).
+    slopes: [H].
+
+  Returns:
+    float32[H, Tq, Tk].
+  """
+  distances = jnp.asarray(distances, jnp.float32)
+  penalty = -jnp.abs(distances) + 0.5 * (distances < 0)
+  return jnp.asarray(slopes, jnp.float32)[:, None, None] * penalty[None]
+
+
+def alibi_bias(query_positions, key_positions, slopes) -> jax.Array:
+  """ALiBi bias for arbitrary positions: float32[H, Tq, Tk].
+
+  With positions 0..T-1 this equals the original release's bidirectional bias.
+  """
+  query_positions = jnp.asarray(query_positions, jnp.float32)
+  key_positions = jnp.asarray(key_positions, jnp.float32)
+  return alibi_bias_from_distances(key_positions[None, :] - query_positions[:, None], slopes)
+
+
+def signed_offsets(offset_table) -> jax.Array:
+  """Distance for every offset d = j - i in (-T, T) from a table of |d| -> distance.
+
+  Returns:
+    [2T - 1] array whose entry d + T - 1 is sign(d) * offset_table[|d|].
+    With offset_table = arange(T) this is simply -(T-1)..T-1.
+  """
+  offset_table = jnp.asarray(offset_table)
+  return jnp.concatenate([-offset_table[:0:-1], offset_table])
+
+
+def toeplitz(values_by_offset) -> jax.Array:
+  """[2T - 1] values indexed by offset d = j - i (at d + T - 1) -> [..., T, T] matrix."""
+  num_offsets = values_by_offset.shape[-1]
+  length = (num_offsets + 1) // 2
+  index = jnp.arange(length)[None, :] - jnp.arange(length)[:, None] + length - 1
+  return values_by_offset[..., index]
+
+
+def relative_logits(
+    queries: jax.Array, positions, kernel: jax.Array,
+    max_timescale: float = DEFAULT_MAX_TIMESCALE,
+) -> jax.Array:
+  """Transformer-XL positional logits for arbitrary positions, without a [T, T, R] tensor.
+
+  Computes logits[b, h, i, j] = <queries[b, i, h], W_h^T sinusoid(p_j - p_i)>, where
+  W_h = kernel[:, h, :] maps the R-dim sinusoid of a distance to a head's key
+  space. Because sin/cos of a difference expands into products of sin/cos of
+  each position, the query is first projected into sinusoid space and rotated
+  by its own position (like RoPE), then dotted with sinusoid(p_j):
+    s(a - b) = s(a)c(b) - c(a)s(b),  c(a - b) = c(a)c(b) + s(a)s(b).
+  This costs O(B H T^2 R) flops and O(B T H R) memory.
+
+  Args:
+    queries: [B, T, H, D] queries (the release adds the learned "relative bias").
+    positions: [T] integer or float positions (sorted or not).
+    kernel: [R, H, D] projection of the sinusoid features, R even.
+    max_timescale: the longest wavelength of the sinusoid.
+
+  Returns:
+    float32[B, H, T, T].
+  """
+  rel_dim = kernel.shape[0]
+  projected = jnp.einsum("bthd,rhd->bthr", queries, kernel)  # [B, T, H, R]
+  sin_coef, cos_coef = jnp.split(projected, 2, axis=-1)  # [B, T, H, R/2] each
+  angles = _angles(positions, rel_dim, max_timescale, False)[:, None, :]  # [T, 1, R/2]
+  sin_q, cos_q = jnp.sin(angles), jnp.cos(angles)
+  rotated = jnp.concatenate(
+      [sin_coef * cos_q + cos_coef * sin_q, cos_coef * cos_q - sin_coef * sin_q], axis=-1
+  )  # [B, T, H, R]
+  keys = sinusoid(positions, rel_dim, max_timescale)  # [T, R]
+  return jnp.einsum("bthr,sr->bhts", rotated, keys)
+
+
+def relative_logits_toeplitz(
+    queries: jax.Array, offset_positions, kernel: jax.Array,
+    max_timescale: float = DEFAULT_MAX_TIMESCALE,
+) -> jax.Array:
+  """Transformer-XL positional logits when the encoding depends only on j - i.
+
+  The pair (i, j) uses sinusoid(offset_positions[j - i + T - 1]). This is the
+  original release's computation (a logits matrix per offset, then a shift);
+  it serves the release semantics, where the encoded value per offset is not a
+  difference of positions (see `release_relative_positions`).
+
+  Args:
+    queries: [B, T, H, D].
+    offset_positions: [2T - 1] position fed to the sinusoid for each offset.
+    kernel: [R, H, D].
+
+  Returns:
+    float32[B, H, T, T].
+  """
+  rel_keys = jnp.einsum(
+      "or,rhd->ohd", sinusoid(offset_positions, kernel.shape[0], max_timescale), kernel
+  )  # [2T-1, H, D]
+  per_offset = jnp.einsum("bthd,ohd->bhto", queries, rel_keys)  # [B, H, T, 2T-1]
+  length = queries.shape[1]
+  index = jnp.arange(length)[None, :] - jnp.arange(length)[:, None] + length - 1  # [T, T]
+  return jnp.take_along_axis(per_offset, index[None, None], axis=-1)
+
+
+def release_relative_positions(offset_table, max_position: int) -> jax.Array:
+  """Sinusoid position per offset used by the release's randomized relative encoding.
+
+  The release (DESIGN.md section 4, item 1; public issue #2 of
+  google-deepmind/randomized_positional_encodings) builds the sin/cos table for
+  positions [0, max_position) and indexes it with max_position + distance. JAX
+  clamps out-of-range gathers, so the zero distance and every positive distance
+  read row max_position - 1: only leftward distances are told apart.
+
+  Args:
+    offset_table: [T] table of |d| -> sampled distance (`positions.sorted_offsets`).
+    max_position: L.
+
+  Returns:
+    int32[2T - 1], the clamped table row per offset d (at d + T - 1).
+  """
+  rows = max_position + signed_offsets(offset_table)
+  return jnp.clip(rows, 0, max_position - 1).astype(jnp.int32)
+
+
+def learned_lookup(table: jax.Array, positions) -> jax.Array:
+  """Rows of a learned [N, D] table at integer positions [..., T] -> [..., T, D].
+
+  Positions outside [0, N) are clamped to the nearest row, as JAX gathers do by
+  default (a jitted function cannot raise on data).
+  """
+  positions = jnp.asarray(positions)
+  if not jnp.issubdtype(positions.dtype, jnp.integer):
+    raise TypeError(f"a learned table needs integer positions, got {positions.dtype}")
+  return jnp.take(table, positions, axis=0, mode="clip")
