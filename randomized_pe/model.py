@@ -219,17 +219,18 @@ class Encoder(hk.Module):
     self._config = config
     self._output_size = output_size
 
-  def _per_layer_positions(self, positions, length):
-    """Returns N position arrays [T] (one per layer), validating the shape."""
+  def _positions(self, positions, length):
+    """Returns (positions for the embeddings [T], one position array per layer)."""
     config = self._config
     if positions is None:
       positions = jnp.arange(length, dtype=jnp.int32)
     positions = jnp.asarray(positions)
     per_layer = config.compat == "release" and config.encoding.release_per_layer
     if positions.shape == (length,):
-      return [positions] * config.num_layers
+      return positions, [positions] * config.num_layers
     if per_layer and positions.shape == (config.num_layers, length):
-      return [positions[i] for i in range(config.num_layers)]
+      # Only attention encodings draw per layer, so the embeddings never use these.
+      return positions[0], [positions[i] for i in range(config.num_layers)]
     expected = f"[{length}]" + (f" or [{config.num_layers}, {length}]" if per_layer else "")
     raise ValueError(
         f"positions must have shape {expected} for pe={config.pe!r}, "
@@ -253,7 +254,7 @@ class Encoder(hk.Module):
     config = self._config
     chex.assert_rank(tokens, 2)
     batch, length = tokens.shape
-    layer_positions = self._per_layer_positions(positions, length)
+    embedding_positions, layer_positions = self._positions(positions, length)
     family = config.encoding.family
     release = config.compat == "release"
     # Release item 3: dropout also at evaluation (the release has no switch).
@@ -269,7 +270,7 @@ class Encoder(hk.Module):
     h = embed(tokens) * math.sqrt(config.d_model)  # [B, T, M]
     additive = _ADDITIVE.get(family)
     if additive is not None:
-      h = h + additive(layer_positions[0], config)[None]
+      h = h + additive(embedding_positions, config)[None]
     # Release item 4: embedding dropout only after additive encodings.
     if additive is not None or not release:
       h = dropout(h)

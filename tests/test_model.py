@@ -1,0 +1,177 @@
+"""The Haiku encoder: parameter counts, shapes, compilations, twins and compat modes."""
+import dataclasses
+
+import haiku as hk
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import randomized_pe as rpe
+from randomized_pe import model as model_lib
+from randomized_pe import registry
+
+TINY = dict(num_layers=2, num_heads=2, d_model=16, widening_factor=2, max_position=64)
+
+
+def _param_count(params):
+  return sum(x.size for x in jax.tree_util.tree_leaves(params))
+
+
+def _init(config, output_size=3, length=6, seed=0):
+  model = rpe.make_encoder(config, output_size)
+  tokens = jax.random.randint(jax.random.PRNGKey(seed + 100), (2, length), 0, config.vocab_size)
+  params = model.init(jax.random.PRNGKey(seed), tokens)
+  return model, params, tokens
+
+
+@pytest.mark.parametrize("pe,count", [
+    ("sin_cos", 248_962), ("relative", 270_082), ("randomized_relative", 270_082),
+    ("none", 248_962), ("rope", 248_962), ("randomized_alibi", 248_962),
+    ("randomized_learned", 248_962 + 2048 * 64),
+])
+def test_parameter_counts_match_release(pe, count):
+  # Input vocabulary 3 (two symbols plus the empty token), output size 2.
+  config = rpe.EncoderConfig(vocab_size=3, pe=pe)
+  model = rpe.make_encoder(config, 2)
+  params = jax.eval_shape(model.init, jax.random.PRNGKey(0), jnp.zeros((1, 4), jnp.int32))
+  assert _param_count(params) == count
+
+
+@pytest.mark.parametrize("pe", registry.NAMES)
+def test_output_shape_and_finite(pe):
+  config = rpe.EncoderConfig(vocab_size=5, pe=pe, **TINY)
+  model, params, tokens = _init(config, output_size=3, length=7)
+  positions = config.sample_positions(jax.random.PRNGKey(1), 7)
+  logits = model.apply(params, jax.random.PRNGKey(2), tokens, positions, is_training=True)
+  assert logits.shape == (2, 7, 3) and logits.dtype == jnp.float32
+  assert np.all(np.isfinite(np.asarray(logits)))
+
+
+def test_one_compilation_per_input_shape():
+  config = rpe.EncoderConfig(vocab_size=4, pe="randomized_relative", **TINY)
+  model = rpe.make_encoder(config, 2)
+  params = model.init(jax.random.PRNGKey(0), jnp.zeros((2, 5), jnp.int32))
+  traces = []
+
+  def apply(params, tokens, positions):
+    traces.append(tokens.shape)
+    return model.apply(params, None, tokens, positions)
+
+  apply = jax.jit(apply)
+  for step, length in enumerate([5, 5, 8, 5, 8, 8]):
+    positions = config.sample_positions(jax.random.PRNGKey(step), length)
+    apply(params, jnp.zeros((2, length), jnp.int32), positions)
+  assert traces == [(2, 5), (2, 8)]
+
+
+@pytest.mark.parametrize("family", ["sin_cos", "learned", "relative", "rope", "alibi"])
+def test_randomized_twin_with_arange_equals_classic(family):
+  base = rpe.EncoderConfig(vocab_size=5, pe=family, **TINY)
+  twin = dataclasses.replace(base, pe="randomized_" + family)
+  model, params, tokens = _init(base)
+  twin_model = rpe.make_encoder(twin, 3)
+  want = model.apply(params, None, tokens)
+  got = twin_model.apply(params, None, tokens, jnp.arange(tokens.shape[1]))
+  np.testing.assert_allclose(got, want, atol=1e-5)
+  # Other positions really change the output.
+  moved = twin_model.apply(params, None, tokens, jnp.arange(tokens.shape[1]) * 3 + 1)
+  assert np.max(np.abs(np.asarray(moved - want))) > 1e-4
+
+
+def test_release_relative_twin_differs_because_of_the_clamp():
+  base = rpe.EncoderConfig(vocab_size=5, pe="relative", compat="release", dropout_rate=0.0, **TINY)
+  twin = dataclasses.replace(base, pe="randomized_relative")
+  model, params, tokens = _init(base)
+  want = model.apply(params, None, tokens)
+  got = rpe.make_encoder(twin, 3).apply(params, None, tokens, jnp.arange(tokens.shape[1]))
+  assert np.max(np.abs(np.asarray(got - want))) > 1e-4
+  # In paper mode the same comparison agrees (previous test); here the classic
+  # release relative still equals the paper's classic relative.
+  paper = rpe.make_encoder(dataclasses.replace(base, compat="paper"), 3)
+  np.testing.assert_allclose(paper.apply(params, None, tokens), want, atol=1e-5)
+
+
+@pytest.mark.parametrize("pe", ["randomized_relative", "randomized_rope", "randomized_alibi"])
+def test_release_layers_see_different_positions(pe):
+  config = rpe.EncoderConfig(vocab_size=5, pe=pe, compat="release", dropout_rate=0.0, **TINY)
+  model, params, tokens = _init(config)
+  sample = np.asarray(config.sample_positions(jax.random.PRNGKey(3), 6))
+  assert sample.shape == (2, 6) and np.any(sample[0] != sample[1])
+  out = model.apply(params, None, tokens, sample)
+  # The second layer reads its own row: changing it alone changes the output.
+  other = sample.copy()
+  other[1] = np.asarray(config.sample_positions(jax.random.PRNGKey(4), 6))[1]
+  assert np.max(np.abs(np.asarray(model.apply(params, None, tokens, other) - out))) > 1e-5
+  # Paper mode: one draw shared by all layers, and per-layer input is refused.
+  paper = dataclasses.replace(config, compat="paper")
+  assert paper.sample_positions(jax.random.PRNGKey(3), 6).shape == (6,)
+  with pytest.raises(ValueError, match="positions must have shape"):
+    rpe.make_encoder(paper, 3).apply(params, None, tokens, sample)
+
+
+def test_release_randomized_relative_scorer_uses_the_clamped_lookup():
+  # With zero queries and keys the model's relative scorer returns the
+  # positional term alone: under the release's clamp a query scores all keys
+  # at or right of it equally; in paper mode it tells them apart.
+  config = rpe.EncoderConfig(vocab_size=5, pe="randomized_relative", compat="release",
+                             dropout_rate=0.0, **TINY)
+  zeros = jnp.zeros((1, 6, config.num_heads, config.head_size))
+
+  def scores(cfg, positions):
+    fn = hk.transform(lambda: model_lib._SCORERS["relative"](zeros, zeros, positions, cfg))
+    return np.asarray(fn.apply(fn.init(jax.random.PRNGKey(1)), None))[0]  # [H, T, T]
+
+  release = scores(config, config.sample_positions(jax.random.PRNGKey(6), 6)[0])
+  for i in range(6):
+    np.testing.assert_allclose(release[:, i, i:], np.repeat(release[:, i, i:i + 1], 6 - i, -1), atol=1e-6)
+  assert np.max(np.abs(release[:, 5, :5] - release[:, 5, 5:])) > 1e-4  # Left still varies.
+  paper = dataclasses.replace(config, compat="paper")
+  got = scores(paper, paper.sample_positions(jax.random.PRNGKey(6), 6))
+  assert np.max(np.abs(got[:, 0, 1:] - got[:, 0, :1])) > 1e-4
+
+
+def test_dropout_at_evaluation_only_in_release_mode():
+  for compat, varies in [("release", True), ("paper", False)]:
+    config = rpe.EncoderConfig(vocab_size=5, pe="sin_cos", compat=compat, **TINY)
+    model, params, tokens = _init(config)
+    a = model.apply(params, jax.random.PRNGKey(1), tokens, is_training=False)
+    b = model.apply(params, jax.random.PRNGKey(2), tokens, is_training=False)
+    assert (np.max(np.abs(np.asarray(a - b))) > 1e-6) == varies, compat
+    if not varies:
+      np.testing.assert_array_equal(a, model.apply(params, None, tokens, is_training=False))
+
+
+@pytest.mark.parametrize("pe,compat,varies", [
+    ("none", "release", False), ("rope", "release", False), ("sin_cos", "release", True),
+    ("none", "paper", True), ("rope", "paper", True),
+])
+def test_embedding_dropout_only_after_additive_encodings_in_release_mode(pe, compat, varies):
+  # With no layers the logits see only the (dropped-out or not) embeddings.
+  config = rpe.EncoderConfig(vocab_size=5, pe=pe, compat=compat,
+                             **{**TINY, "num_layers": 0})
+  model, params, tokens = _init(config)
+  a = model.apply(params, jax.random.PRNGKey(1), tokens, is_training=True)
+  b = model.apply(params, jax.random.PRNGKey(2), tokens, is_training=True)
+  assert (np.max(np.abs(np.asarray(a - b))) > 1e-6) == varies
+
+
+def test_key_mask_makes_padding_invisible():
+  config = rpe.EncoderConfig(vocab_size=5, pe="randomized_relative", **TINY)
+  model, params, tokens = _init(config, length=5)
+  positions = config.sample_positions(jax.random.PRNGKey(9), 5)
+  want = model.apply(params, None, tokens, positions)
+  padded = jnp.concatenate([tokens, jnp.full((2, 3), 4)], axis=1)
+  padded_pos = jnp.concatenate([positions, jnp.array([60, 61, 62])])
+  mask = jnp.arange(8)[None, :] < 5
+  got = model.apply(params, None, padded, padded_pos, key_mask=jnp.broadcast_to(mask, (2, 8)))
+  np.testing.assert_allclose(got[:, :5], want, atol=1e-5)
+
+
+def test_config_errors_list_valid_choices():
+  with pytest.raises(ValueError, match="valid names"):
+    rpe.EncoderConfig(vocab_size=3, pe="nope")
+  with pytest.raises(ValueError, match="valid choices: paper, release"):
+    rpe.EncoderConfig(vocab_size=3, compat="both")
+  with pytest.raises(ValueError, match="divisible"):
+    rpe.EncoderConfig(vocab_size=3, d_model=30, num_heads=4)

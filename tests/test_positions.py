@@ -1,0 +1,66 @@
+"""Position samplers: ranges, order, distinctness, uniformity and errors."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from randomized_pe import positions
+
+
+@pytest.mark.parametrize("length,max_position", [(1, 1), (5, 5), (7, 64), (40, 2048)])
+def test_randomized_sorted_distinct_in_range_int32(length, max_position):
+  for seed in range(5):
+    p = positions.randomized(jax.random.PRNGKey(seed), length, max_position)
+    assert p.dtype == jnp.int32 and p.shape == (length,)
+    p = np.asarray(p)
+    assert np.all(np.diff(p) > 0), p  # Sorted and distinct.
+    assert p.min() >= 0 and p.max() < max_position
+
+
+def test_length_equal_to_range_gives_every_position():
+  p = positions.randomized(jax.random.PRNGKey(3), 16, 16)
+  np.testing.assert_array_equal(p, np.arange(16))
+
+
+def test_randomized_marginals_uniform():
+  # 20,000 draws of 10 positions from [0, 50): each position is chosen with
+  # probability 10/50, so it is expected 4,000 times (std about 57).
+  keys = jax.random.split(jax.random.PRNGKey(0), 20_000)
+  draws = jax.vmap(lambda k: positions.randomized(k, 10, 50))(keys)
+  counts = np.bincount(np.asarray(draws).ravel(), minlength=50)
+  expected = 20_000 * 10 / 50
+  assert np.max(np.abs(counts / expected - 1)) < 0.06, counts
+  # The smallest sampled position has the order-statistic mean (L+1)/(n+1) - 1.
+  mean_first = np.asarray(draws)[:, 0].mean()
+  assert abs(mean_first - (51 / 11 - 1)) < 0.1, mean_first
+
+
+def test_length_above_max_position_raises_with_both_numbers():
+  with pytest.raises(ValueError, match=r"length=10 > max_position=5"):
+    positions.randomized(jax.random.PRNGKey(0), 10, 5)
+  # At trace time under jit too, not a silent clamp.
+  with pytest.raises(ValueError, match=r"length=10 > max_position=5"):
+    jax.jit(lambda k: positions.randomized(k, 10, 5))(jax.random.PRNGKey(0))
+  with pytest.raises(ValueError, match=r"length=9 > max_position=8"):
+    positions.sorted_offsets(jax.random.PRNGKey(0), 9, 8)
+
+
+def test_unsorted_is_the_same_draw_unsorted_and_prefix_stable():
+  key = jax.random.PRNGKey(7)
+  u = np.asarray(positions.unsorted(key, 30, 100))
+  np.testing.assert_array_equal(np.sort(u), positions.randomized(key, 30, 100))
+  assert len(set(u.tolist())) == 30
+  assert np.any(np.diff(u) < 0)  # Really unsorted.
+  np.testing.assert_array_equal(positions.unsorted(key, 12, 100), u[:12])
+
+
+def test_sorted_offsets_table():
+  for seed in range(5):
+    t = np.asarray(positions.sorted_offsets(jax.random.PRNGKey(seed), 20, 64))
+    assert t.dtype == np.int32 and t.shape == (20,)
+    assert t[0] == 0 and np.all(np.diff(t) > 0) and t.max() < 64
+
+
+def test_arange():
+  np.testing.assert_array_equal(positions.arange(4), [0, 1, 2, 3])
+  assert positions.arange(4).dtype == jnp.int32
