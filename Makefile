@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test clean
+.PHONY: install test demo benchmark clean
 
 install: $(STAMP)
 
@@ -17,6 +17,13 @@ $(STAMP): setup.py
 
 test: $(STAMP)
 	$(PY) -m pytest -q tests
+
+# The CPU-sized main job: trains reverse_string with randomized relative encodings.
+demo: $(STAMP)
+	$(PY) -m experiments.train --config=configs/demo.py --workdir=runs/demo
+
+benchmark: $(STAMP)
+	$(PY) -m experiments.benchmark
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -65,6 +65,53 @@ def randomized(key: jax.Array, length: int, max_position: int) -> jax.Array:
   return jnp.sort(unsorted(key, length, max_position))
 
 
+def _sorted_prefix(draws: jax.Array, length, fill) -> jax.Array:
+  """Sorts the first `length` (traced) entries of `draws`; the rest become `fill`."""
+  valid = jnp.arange(draws.shape[0]) < length
+  big = jnp.iinfo(jnp.int32).max
+  ordered = jnp.sort(jnp.where(valid, draws, big))
+  return jnp.where(valid, ordered, fill).astype(jnp.int32)
+
+
+def randomized_padded(key: jax.Array, length, padded_length: int, max_position: int) -> jax.Array:
+  """`randomized(key, length, ...)` padded to a static `padded_length`, with `length` traced.
+
+  Entries [0, length) equal `randomized(key, length, max_position)` exactly (the
+  draw is a prefix of one permutation); the padding repeats max_position - 1.
+  One compiled program then serves every length up to `padded_length`.
+
+  Returns:
+    int32[padded_length].
+  """
+  _check(padded_length, max_position)
+  draws = jax.random.permutation(key, max_position)[:padded_length]
+  return _sorted_prefix(draws, length, max_position - 1)
+
+
+def arange_padded(key, length, padded_length: int, max_position: int) -> jax.Array:
+  """0..padded_length-1 (the padded twin of `arange`; key and length are unused)."""
+  del key, length, max_position
+  return arange(padded_length)
+
+
+def evenly_spaced(length: int, max_position: int) -> jax.Array:
+  """floor(i * max_position / length) for i < length: spread over [0, max_position) evenly.
+
+  The deterministic alternative at test time (Su Jianlin's blog): distinct and
+  sorted whenever length <= max_position.
+  """
+  _check(length, max_position)
+  return evenly_spaced_padded(None, length, length, max_position)
+
+
+def evenly_spaced_padded(key, length, padded_length: int, max_position: int) -> jax.Array:
+  """`evenly_spaced(length, ...)` padded to `padded_length`, `length` traced."""
+  del key
+  i = jnp.arange(padded_length, dtype=jnp.int32)
+  spaced = (i * max_position) // jnp.maximum(length, 1)
+  return jnp.where(i < length, spaced, max_position - 1).astype(jnp.int32)
+
+
 def sorted_offsets(key: jax.Array, length: int, max_position: int) -> jax.Array:
   """Release semantics for randomized relative and ALiBi (DESIGN.md section 4, item 5).
 
@@ -79,6 +126,14 @@ def sorted_offsets(key: jax.Array, length: int, max_position: int) -> jax.Array:
   """
   if length == 0:
     return jnp.zeros((0,), jnp.int32)
-  _check(length, max_position, available=max_position)
+  _check(length, max_position)
   draws = jax.random.permutation(key, max_position - 1)[: length - 1] + 1
   return jnp.concatenate([jnp.zeros((1,), jnp.int32), jnp.sort(draws).astype(jnp.int32)])
+
+
+def sorted_offsets_padded(key: jax.Array, length, padded_length: int, max_position: int) -> jax.Array:
+  """`sorted_offsets(key, length, ...)` padded to a static `padded_length`, `length` traced."""
+  _check(padded_length, max_position)
+  draws = jax.random.permutation(key, max_position - 1)[: padded_length - 1] + 1
+  rest = _sorted_prefix(draws, length - 1, max_position - 1)
+  return jnp.concatenate([jnp.zeros((1,), jnp.int32), rest])

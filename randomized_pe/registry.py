@@ -71,6 +71,9 @@ class Encoding:
   paper_sampler: Callable[..., jax.Array]
   release_sampler: Callable[..., jax.Array]
   release_per_layer: bool = False
+  # (key, length, padded_length, max_position) twins with a traced length.
+  paper_sampler_padded: Callable[..., jax.Array] = positions_lib.arange_padded
+  release_sampler_padded: Callable[..., jax.Array] = positions_lib.arange_padded
 
   def sample_positions(
       self, key: jax.Array, length: int, max_position: int, *,
@@ -90,6 +93,23 @@ class Encoding:
     keys = jax.random.split(key, num_layers)
     return jax.vmap(lambda k: self.release_sampler(k, length, max_position))(keys)
 
+  def sample_positions_padded(
+      self, key: jax.Array, length, padded_length: int, max_position: int, *,
+      compat: str = "paper", num_layers: int = 1,
+  ) -> jax.Array:
+    """`sample_positions` for a traced `length`, padded to a static `padded_length`.
+
+    The first `length` entries equal `sample_positions(key, length, ...)`.
+    """
+    check_compat(compat)
+    if compat == "paper":
+      return self.paper_sampler_padded(key, length, padded_length, max_position)
+    if not self.release_per_layer:
+      return self.release_sampler_padded(key, length, padded_length, max_position)
+    keys = jax.random.split(key, num_layers)
+    return jax.vmap(
+        lambda k: self.release_sampler_padded(k, length, padded_length, max_position))(keys)
+
 
 def _make_registry() -> dict[str, Encoding]:
   registry = {}
@@ -106,6 +126,9 @@ def _make_registry() -> dict[str, Encoding]:
         name="randomized_" + family, family=family, randomized=True, acts=acts,
         paper_sampler=positions_lib.randomized,
         release_sampler=positions_lib.sorted_offsets if offsets else positions_lib.randomized,
+        paper_sampler_padded=positions_lib.randomized_padded,
+        release_sampler_padded=(positions_lib.sorted_offsets_padded if offsets
+                                else positions_lib.randomized_padded),
         # Release item 2: attention encodings draw inside every layer.
         release_per_layer=acts == "attention",
     )

@@ -64,3 +64,17 @@ def test_sorted_offsets_table():
 def test_arange():
   np.testing.assert_array_equal(positions.arange(4), [0, 1, 2, 3])
   assert positions.arange(4).dtype == jnp.int32
+
+
+def test_padded_samplers_equal_the_unpadded_draw_for_every_length():
+  key = jax.random.PRNGKey(11)
+  for fn, padded in [(positions.randomized, positions.randomized_padded),
+                     (positions.sorted_offsets, positions.sorted_offsets_padded)]:
+    jitted = jax.jit(lambda n, fn=padded: fn(key, n, 12, 64))  # One program for all n.
+    for n in range(1, 13):
+      got = np.asarray(jitted(n))
+      np.testing.assert_array_equal(got[:n], fn(key, n, 64))
+      assert np.all(got[n:] == 63)
+  even = np.asarray(positions.evenly_spaced(8, 64))
+  np.testing.assert_array_equal(even, [0, 8, 16, 24, 32, 40, 48, 56])
+  np.testing.assert_array_equal(positions.evenly_spaced_padded(None, 8, 10, 64)[:8], even)

@@ -1,0 +1,54 @@
+"""The paper's settings (Ruoss et al. 2023, Appendix A; DESIGN.md section 5).
+
+  python -m experiments.train --task=reverse_string --pe=randomized_relative \
+      --config=configs/default.py --workdir=runs/reverse_rr
+
+Override any field on the command line, e.g. `--config.training.steps=10000`.
+"""
+import ml_collections
+
+
+def get_config(arg=None):
+  del arg
+  config = ml_collections.ConfigDict()
+  config.task = "reverse_string"
+  config.seed = 0  # Parameters, positions and dropout.
+  config.data_seed = -1  # Training batches; -1: same as seed.
+
+  config.model = ml_collections.ConfigDict()
+  config.model.pe = "randomized_relative"
+  config.model.num_layers = 5
+  config.model.num_heads = 8
+  config.model.d_model = 64
+  config.model.widening_factor = 4
+  config.model.dropout_rate = 0.1
+  config.model.emb_init_scale = 0.02
+  config.model.max_position = 2048  # L.
+  config.model.max_timescale = 10_000.0
+  config.model.learned_init_scale = 1.0
+  config.model.compat = "paper"  # Or "release".
+
+  config.training = ml_collections.ConfigDict()
+  config.training.steps = 2_000_000
+  config.training.batch_size = 128
+  config.training.learning_rate = 1e-4
+  config.training.grad_clip_norm = 1.0
+  config.training.min_length = 1  # Each step draws one length uniformly from
+  config.training.max_length = 40  # [min_length, max_length] for the whole batch.
+  config.training.log_every = 1000
+  config.training.checkpoint_every = 10_000
+  config.training.checkpoints_to_keep = 2
+  config.training.prefetch = 4  # Batches generated ahead by a background thread.
+
+  config.evaluation = ml_collections.ConfigDict()
+  config.evaluation.min_length = 1
+  config.evaluation.max_length = 500
+  config.evaluation.batch_size = 500  # One batch per length.
+  config.evaluation.seed = 1234
+  config.evaluation.positions = "sampled"  # Or "evenly_spaced" (randomized encodings).
+  config.evaluation.max_buckets = 16  # Programs compiled for the length range.
+  # Sub-batches keep attention logits (chunk x heads x T x T floats) under this size.
+  config.evaluation.max_logits = 2**27
+
+  config.progress = True  # tqdm bar.
+  return config

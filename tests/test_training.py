@@ -1,0 +1,222 @@
+"""Training entry point, resume, bucketed evaluation, multi-device and error paths."""
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import randomized_pe as rpe
+import tasks
+from configs import default
+from experiments import evaluation
+from experiments import training
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": ROOT}
+
+
+def tiny_config(**training):
+  config = default.get_config()
+  config.task = "reverse_string"
+  config.model.pe = "randomized_relative"
+  config.model.update(num_layers=1, num_heads=2, d_model=16, widening_factor=2,
+                      max_position=64)
+  config.training.update(steps=4, batch_size=8, learning_rate=1e-3, max_length=3,
+                         log_every=2, checkpoint_every=2, prefetch=2)
+  config.training.update(training)
+  config.evaluation.update(max_length=6, batch_size=8, max_buckets=2)
+  config.progress = False
+  return config
+
+
+def _flat(tree):
+  return np.concatenate([np.ravel(np.asarray(x)) for x in jax.tree_util.tree_leaves(tree)])
+
+
+def test_entry_point_smoke(tmp_path):
+  workdir = tmp_path / "run"
+  cmd = [sys.executable, "-m", "experiments.train", "--config=configs/demo.py",
+         "--task=parity_check", "--pe=randomized_rope", f"--workdir={workdir}",
+         "--config.model.num_layers=1", "--config.model.d_model=16", "--config.model.num_heads=2",
+         "--config.training.steps=4", "--config.training.batch_size=8",
+         "--config.training.max_length=3", "--config.training.log_every=2",
+         "--config.training.checkpoint_every=2", "--config.evaluation.max_length=6",
+         "--config.evaluation.batch_size=8", "--config.evaluation.max_buckets=2",
+         "--config.progress=False"]
+  out = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert "(training)" in out.stdout and "(unseen)" in out.stdout
+  config = json.loads((workdir / "config.json").read_text())
+  assert config["task"] == "parity_check" and config["model"]["pe"] == "randomized_rope"
+  records = [json.loads(l) for l in (workdir / "metrics.jsonl").read_text().splitlines()]
+  assert [r["step"] for r in records] == [2, 4]
+  for r in records:
+    assert np.isfinite(r["loss"]) and 0 <= r["accuracy"] <= 1 and r["steps_per_second"] > 0
+  result = json.loads((workdir / "eval.json").read_text())
+  assert result["lengths"] == list(range(1, 7)) and result["step"] == 4
+  assert all(0 <= a <= 1 for a in result["accuracy"])
+  assert result["scores"]["unseen"] == pytest.approx(np.mean(result["accuracy"][3:]))
+  assert result["scores"]["train_range"] == pytest.approx(np.mean(result["accuracy"][:3]))
+  assert sorted(os.listdir(workdir / "checkpoints")) == ["2", "4"]
+  assert not [f for f in os.listdir(workdir) if f.startswith(".tmp")]
+
+
+def test_resume_equals_uninterrupted_run(tmp_path):
+  straight = tiny_config(steps=6)
+  training.train_and_evaluate(straight, str(tmp_path / "straight"))
+  first = tiny_config(steps=4)  # Stops after the checkpoint of step 4.
+  training.train_and_evaluate(first, str(tmp_path / "resumed"))
+  second = tiny_config(steps=6)
+  training.train_and_evaluate(second, str(tmp_path / "resumed"))
+  a = training.restore_state(str(tmp_path / "straight"), straight)
+  b = training.restore_state(str(tmp_path / "resumed"), second)
+  assert int(a.step) == int(b.step) == 6
+  np.testing.assert_array_equal(_flat(a.params), _flat(b.params))  # Bitwise on CPU.
+  np.testing.assert_array_equal(_flat(a.opt_state), _flat(b.opt_state))
+  ra = [json.loads(l) for l in open(tmp_path / "straight" / "metrics.jsonl")]
+  rb = [json.loads(l) for l in open(tmp_path / "resumed" / "metrics.jsonl")]
+  assert [r["step"] for r in ra] == [r["step"] for r in rb] == [2, 4, 6]
+  assert [r["loss"] for r in ra] == [r["loss"] for r in rb]
+  # A different config in the same workdir is refused.
+  with pytest.raises(ValueError, match="different config"):
+    training.train_and_evaluate(tiny_config(steps=6, learning_rate=5e-4),
+                                str(tmp_path / "resumed"))
+
+
+def _per_length_reference(model, model_config, task, params, lengths, batch_size, seed):
+  """Each length on its own: no padding, no masks, positions drawn for that length."""
+  accuracy = []
+  for n in lengths:
+    batch = training.make_batch(task, jax.random.fold_in(jax.random.PRNGKey(seed), n),
+                                batch_size, n)
+    key = jax.random.fold_in(jax.random.PRNGKey(seed + 1), n)
+    pos_key, dropout_key = jax.random.split(key)
+    positions = model_config.sample_positions(pos_key, batch["tokens"].shape[1])
+    logits = model.apply(params, jax.random.fold_in(dropout_key, 0), batch["tokens"],
+                         positions, is_training=False)
+    out = logits[:, -batch["targets"].shape[1]:]
+    correct = (np.argmax(out, -1) == batch["targets"]) & batch["mask"]
+    accuracy.append(correct.sum() / batch["mask"].sum())
+  return np.array(accuracy)
+
+
+@pytest.mark.parametrize("task_name,pe,compat", [
+    ("binary_addition", "randomized_relative", "paper"),
+    ("reverse_string", "randomized_rope", "release"),
+    ("modular_arithmetic", "randomized_learned", "paper"),
+])
+def test_bucketed_evaluation_equals_per_length(task_name, pe, compat):
+  task = tasks.get(task_name)
+  config = rpe.EncoderConfig(vocab_size=task.input_size + 1, pe=pe, compat=compat,
+                             num_layers=2, num_heads=2, d_model=16, widening_factor=2,
+                             max_position=64, dropout_rate=0.0)
+  model = rpe.make_encoder(config, task.output_size)
+  params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 3), jnp.int32))
+  lengths = range(1, 9)
+  evaluator = evaluation.RangeEvaluator(model, config, task)
+  got = evaluator.evaluate(params, lengths, batch_size=16, seed=7, max_buckets=3)
+  assert len(got["buckets"]) <= 3 and evaluator.traces <= len(got["buckets"])
+  want = _per_length_reference(model, config, task, params, lengths, 16, 7)
+  np.testing.assert_allclose(got["accuracy"], want, atol=1e-6)
+  assert 0.05 < np.mean(want) < 0.95  # Untrained: the comparison is not trivial.
+
+
+def test_evaluation_compiles_at_most_one_program_per_bucket():
+  task = tasks.get("reverse_string")
+  config = rpe.EncoderConfig(vocab_size=3, pe="randomized_alibi", num_layers=1, num_heads=2,
+                             d_model=16, widening_factor=2, max_position=256)
+  model = rpe.make_encoder(config, 2)
+  params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 3), jnp.int32))
+  evaluator = evaluation.RangeEvaluator(model, config, task, max_logits=2**16)
+  result = evaluator.evaluate(params, range(1, 65), batch_size=4, seed=0, max_buckets=6)
+  assert len(result["buckets"]) == 6 and result["buckets"][-1] == 128
+  assert evaluator.traces <= 6
+
+
+def test_plan_buckets_is_optimal_on_a_small_case():
+  sizes = [2, 3, 4, 10, 11, 12]
+  assert evaluation.plan_buckets(sizes, 2) == [4, 12]
+  assert evaluation.plan_buckets(sizes, 10) == sizes
+  assert evaluation.plan_buckets(sizes, 1) == [12]
+
+
+def test_training_compiles_one_program_per_length(tmp_path, monkeypatch):
+  traces = []
+  original = training.make_train_step
+
+  def counting(*args, **kwargs):
+    step = original(*args, **kwargs)
+
+    def wrapped(state, batch):
+      traces.append(batch["tokens"].shape)
+      return step(state, batch)
+    return wrapped
+
+  monkeypatch.setattr(training, "make_train_step", counting)
+  config = tiny_config(steps=40, max_length=8, log_every=40, checkpoint_every=40)
+  config.evaluation.max_length = 2
+  training.train_and_evaluate(config, str(tmp_path / "run"))
+  lengths_seen = {training.data_for_step(tasks.get("reverse_string"), config, s)["tokens"].shape
+                  for s in range(1, 41)}
+  assert len(traces) == len(lengths_seen) <= 8
+
+
+def test_nonfinite_update_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
+  original = training.make_optimizer
+
+  def poisoned(config):  # Updates become NaN from the third step on.
+    return optax.chain(original(config),
+                       optax.scale_by_schedule(lambda count: jnp.where(count >= 2, jnp.nan, 1.0)))
+
+  monkeypatch.setattr(training, "make_optimizer", poisoned)
+  config = tiny_config(steps=6, log_every=1, checkpoint_every=2)
+  with pytest.raises(training.NonFiniteLossError, match=r"step 3.*checkpoint \(step 2\)"):
+    training.train_and_evaluate(config, str(tmp_path / "run"))
+  state = training.restore_state(str(tmp_path / "run"), config)
+  assert int(state.step) == 2 and np.all(np.isfinite(_flat(state.params)))
+
+
+def test_two_devices_give_the_same_loss_as_one(tmp_path):
+  script = f"""
+import sys; sys.path.insert(0, {ROOT!r})
+import jax
+assert jax.device_count() == 2, jax.devices()
+from tests.test_training import tiny_config
+from experiments import training
+config = tiny_config(steps=3, log_every=1, checkpoint_every=3)
+training.train_and_evaluate(config, {str(tmp_path / 'two')!r})
+"""
+  env = {**ENV, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+  out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=300)
+  assert out.returncode == 0, out.stderr[-3000:]
+  training.train_and_evaluate(tiny_config(steps=3, log_every=1, checkpoint_every=3),
+                              str(tmp_path / "one"))
+  two = [json.loads(l)["loss"] for l in open(tmp_path / "two" / "metrics.jsonl")]
+  one = [json.loads(l)["loss"] for l in open(tmp_path / "one" / "metrics.jsonl")]
+  assert len(one) == len(two) == 3
+  np.testing.assert_allclose(two, one, atol=1e-5)
+  e_two = json.load(open(tmp_path / "two" / "eval.json"))["accuracy"]
+  e_one = json.load(open(tmp_path / "one" / "eval.json"))["accuracy"]
+  np.testing.assert_allclose(e_two, e_one, atol=1e-6)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--task=sorting"], "unknown task 'sorting'; valid names: even_pairs"),
+    (["--pe=rotary"], "unknown positional encoding 'rotary'; valid names: none, sin_cos"),
+    (["--config.model.max_position=100"], "max_position=100 is smaller than the longest"),
+    (["--config.evaluation.positions=grid"], "valid choices: sampled, evenly_spaced"),
+])
+def test_bad_input_exits_2_with_one_line_and_no_files(tmp_path, args, message):
+  workdir = tmp_path / "run"
+  out = subprocess.run([sys.executable, "-m", "experiments.train", f"--workdir={workdir}",
+                        *args], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+  assert out.returncode == 2
+  lines = [l for l in out.stderr.splitlines() if l.strip()]
+  assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], out.stderr
+  assert not workdir.exists()
