@@ -6,6 +6,11 @@
 Sections:
   tasks: milliseconds per batch of every task at batch 128 x length 40 and
          500 x 500 (median of repeats, after one warm-up call).
+  train: the paper model on reverse_string, batch 128, lengths 1..40: compile
+         seconds and programs for the 40 training lengths, then steady-state
+         steps/s of the real loop (prefetched data, uniform lengths), per
+         encoding; and for evaluation over 1..500 at batch 500: programs and
+         compile seconds, plus the seconds to evaluate lengths 41..100.
 
 Prints Markdown tables; `--output=FILE.json` also writes the raw numbers.
 """
@@ -19,9 +24,14 @@ import time
 from absl import app
 from absl import flags
 
-_SECTIONS = flags.DEFINE_list("sections", ["tasks"], "Which benchmarks to run.")
+_SECTIONS = flags.DEFINE_list("sections", ["tasks", "train"], "Which benchmarks to run.")
 _REPEATS = flags.DEFINE_integer("repeats", 20, "Timed repeats per measurement (tasks).")
 _OUTPUT = flags.DEFINE_string("output", None, "Optional JSON file for the raw numbers.")
+_ENCODINGS = flags.DEFINE_list(
+    "encodings", ["sin_cos", "relative", "randomized_sin_cos", "randomized_relative",
+                  "randomized_rope", "randomized_alibi"], "Encodings timed by `train`.")
+_STEPS = flags.DEFINE_integer("steps", 100, "Timed training steps per encoding (train).")
+_MAX_TRAIN_LENGTH = flags.DEFINE_integer("max_train_length", 40, "Training lengths 1..N.")
 
 # The release's numbers on the same 2-core CPU (DESIGN.md section 7 and issue 3),
 # in ms per batch at 128 x 40 and 500 x 500.
@@ -70,7 +80,93 @@ def bench_tasks(repeats: int) -> dict:
   return results
 
 
-SECTIONS = {"tasks": bench_tasks}
+RELEASE_STEPS_PER_SECOND = {"randomized_relative": 3.4, "randomized_sin_cos": 4.4}
+
+
+def bench_train(repeats: int) -> dict:
+  """Training and evaluation speed of the paper model (see the module docstring)."""
+  del repeats
+  import jax  # pylint: disable=import-outside-toplevel
+  import numpy as np  # pylint: disable=import-outside-toplevel
+
+  import randomized_pe as rpe  # pylint: disable=import-outside-toplevel
+  import tasks  # pylint: disable=import-outside-toplevel
+  from configs import default  # pylint: disable=import-outside-toplevel
+  from experiments import evaluation  # pylint: disable=import-outside-toplevel
+  from experiments import training  # pylint: disable=import-outside-toplevel
+
+  task = tasks.get("reverse_string")
+  lengths = range(1, _MAX_TRAIN_LENGTH.value + 1)
+  results = {"device": jax.devices()[0].device_kind, "backend": jax.default_backend(),
+             "train": {}}
+  print(f"device: {jax.device_count()} x {jax.devices()[0].device_kind}\n")
+  print("| encoding | params | compile s (programs) | steps/s | release steps/s |")
+  print("|---|---:|---:|---:|---:|")
+  for pe in _ENCODINGS.value:
+    config = default.get_config()
+    config.model.pe = pe
+    config.training.max_length = _MAX_TRAIN_LENGTH.value
+    model_config = training.model_config_from(config, task)
+    model = rpe.make_encoder(model_config, task.output_size)
+    optimizer = training.make_optimizer(config)
+    state = training.init_state(model, optimizer, 0, task)
+    params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
+    step_fn = jax.jit(training.make_train_step(model, model_config, optimizer, 0),
+                      donate_argnums=(0,))
+    start = time.perf_counter()
+    compiled = {}
+    for n in lengths:  # Ahead-of-time: exactly one program per training length.
+      batch = training.make_batch(task, jax.random.PRNGKey(n), config.training.batch_size, n)
+      compiled[n] = step_fn.lower(state, batch).compile()
+    compile_s = time.perf_counter() - start
+    prefetch = training.Prefetcher(lambda s: training.data_for_step(task, config, s), 0,
+                                   _STEPS.value + 10, depth=4)
+    for _ in range(10):  # Warm-up: first executions, caches.
+      batch = prefetch.next()
+      state, metrics = compiled[batch["targets"].shape[1]](state, batch)
+    jax.block_until_ready(state)
+    start = time.perf_counter()
+    for _ in range(_STEPS.value):
+      batch = prefetch.next()
+      state, metrics = compiled[batch["targets"].shape[1]](state, batch)
+    jax.block_until_ready(state)
+    steps_per_s = _STEPS.value / (time.perf_counter() - start)
+    prefetch.close()
+    release = RELEASE_STEPS_PER_SECOND.get(pe)
+    results["train"][pe] = {"params": params, "compile_s": compile_s,
+                            "programs": len(compiled), "steps_per_s": steps_per_s}
+    print(f"| {pe} | {params:,} | {compile_s:.0f} ({len(compiled)}) | {steps_per_s:.2f} | "
+          f"{release if release else '-'} |", flush=True)
+
+  # Evaluation: programs for 1..500 at batch 500 (compiled ahead of time, not run),
+  # then a timed evaluation of 41..100.
+  config = default.get_config()
+  config.model.pe = "randomized_relative"
+  model_config = training.model_config_from(config, task)
+  model = rpe.make_encoder(model_config, task.output_size)
+  state = training.init_state(model, training.make_optimizer(config), 0, task)
+  e = config.evaluation
+  evaluator = evaluation.RangeEvaluator(model, model_config, task, max_logits=e.max_logits)
+  shapes = evaluator.program_shapes(range(e.min_length, e.max_length + 1), e.batch_size,
+                                    e.max_buckets)
+  start = time.perf_counter()
+  for shape in shapes:
+    evaluator.compile(state.params, shape)
+  eval_compile_s = time.perf_counter() - start
+  evaluator = evaluation.RangeEvaluator(model, model_config, task, max_logits=e.max_logits)
+  start = time.perf_counter()
+  evaluator.evaluate(state.params, range(41, 101), e.batch_size, e.seed, e.max_buckets)
+  eval_s = time.perf_counter() - start
+  results["eval"] = {"programs_1_500": len(shapes), "compile_s_1_500": eval_compile_s,
+                     "seconds_41_100": eval_s, "programs_41_100": evaluator.traces}
+  print(f"\nevaluation 1..500 at batch {e.batch_size}: {len(shapes)} programs "
+        f"(release: one per length, 500), compiled in {eval_compile_s:.0f} s")
+  print(f"evaluation of lengths 41..100 at batch {e.batch_size}: {eval_s:.1f} s "
+        f"({evaluator.traces} programs, compile included)")
+  return results
+
+
+SECTIONS = {"tasks": bench_tasks, "train": bench_train}
 
 
 def main(argv):

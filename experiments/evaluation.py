@@ -112,6 +112,38 @@ class RangeEvaluator:
     correct = (predictions == targets) & mask
     return jnp.sum(correct), jnp.sum(mask)
 
+  def _plan(self, lengths, batch_size: int, max_buckets: int):
+    """Per length: (padded T, padded O, chunk); programs are the distinct triples."""
+    task = self.task
+    sizes = {n: sequence_length(task, n) for n in lengths}
+    buckets = plan_buckets(list(sizes.values()), max_buckets)
+    bucket_of = {n: min(b for b in buckets if b >= sizes[n]) for n in lengths}
+    out_padded = {b: max(task.output_length(n) for n in lengths if bucket_of[n] == b)
+                  for b in buckets}
+    plan = {}
+    for n in lengths:
+      padded = bucket_of[n]
+      chunk = int(max(1, min(batch_size,
+                             self.max_logits // (self.model_config.num_heads * padded**2))))
+      if self.batch_sharding is not None:
+        devices = self.batch_sharding.mesh.size
+        chunk = max(devices, chunk // devices * devices)
+      plan[n] = (padded, out_padded[padded], chunk)
+    return plan, buckets
+
+  def program_shapes(self, lengths, batch_size: int, max_buckets: int) -> list:
+    """The distinct (T, O, chunk) shapes, one compiled program each, for these lengths."""
+    plan, _ = self._plan([int(n) for n in lengths], batch_size, max_buckets)
+    return sorted(set(plan.values()))
+
+  def compile(self, params, shape):
+    """Compiles (without running) the program of one (T, O, chunk) shape."""
+    padded, out_pad, chunk = shape
+    tokens = jnp.zeros((chunk, padded), jnp.int32)
+    targets = jnp.zeros((chunk, out_pad), jnp.int32)
+    return self._chunk_fn.lower(params, jax.random.PRNGKey(0), 0, tokens, targets,
+                                targets.astype(bool), 1, 1).compile()
+
   def evaluate(self, params, lengths, batch_size: int, seed: int, max_buckets: int,
                progress: bool = False) -> dict:
     """Accuracy (masked, over the batch) for every length.
@@ -124,11 +156,7 @@ class RangeEvaluator:
     """
     lengths = [int(n) for n in lengths]
     task = self.task
-    sizes = {n: sequence_length(task, n) for n in lengths}
-    buckets = plan_buckets(list(sizes.values()), max_buckets)
-    bucket_of = {n: min(b for b in buckets if b >= sizes[n]) for n in lengths}
-    out_padded = {b: max(task.output_length(n) for n in lengths if bucket_of[n] == b)
-                  for b in buckets}
+    plan, buckets = self._plan(lengths, batch_size, max_buckets)
     empty = task.input_size  # The empty token follows the task's symbols.
     data_root = jax.random.PRNGKey(seed)
     model_root = jax.random.PRNGKey(seed + 1)
@@ -138,7 +166,7 @@ class RangeEvaluator:
       import tqdm  # pylint: disable=import-outside-toplevel
       iterator = tqdm.tqdm(lengths, desc="evaluating", unit="length", leave=False)
     for n in iterator:
-      padded, out_pad = bucket_of[n], out_padded[bucket_of[n]]
+      padded, out_pad, chunk = plan[n]
       batch = task.sample_batch(jax.random.fold_in(data_root, n), batch_size, n)
       in_len, out_len = batch["input"].shape[1], batch["output"].shape[1]
       tokens = np.full((batch_size, padded), empty, np.int32)
@@ -147,11 +175,6 @@ class RangeEvaluator:
       targets[:, :out_len] = batch["output"]
       mask = np.zeros((batch_size, out_pad), bool)
       mask[:, :out_len] = batch["mask"]
-      heads = self.model_config.num_heads
-      chunk = int(max(1, min(batch_size, self.max_logits // (heads * padded * padded))))
-      if self.batch_sharding is not None:
-        devices = self.batch_sharding.mesh.size
-        chunk = max(devices, chunk // devices * devices)
       rows = -(-batch_size // chunk) * chunk
       if rows > batch_size:  # Extra rows are fully masked.
         extra = rows - batch_size
@@ -165,7 +188,8 @@ class RangeEvaluator:
         arrays = (tokens[part], targets[part], mask[part])
         if self.batch_sharding is not None:
           arrays = jax.device_put(arrays, self.batch_sharding)
-        got, count = self._chunk_fn(params, key, c, *arrays, in_len, sizes[n])
+        got, count = self._chunk_fn(params, key, c, *arrays, in_len,
+                                    sequence_length(task, n))
         correct += int(got)
         counted += int(count)
       accuracy.append(correct / max(counted, 1))

@@ -179,39 +179,66 @@ def toeplitz(values_by_offset) -> jax.Array:
   return values_by_offset[..., index]
 
 
+RELATIVE_METHODS = ("auto", "factorized", "pairwise")
+
+
 def relative_logits(
     queries: jax.Array, positions, kernel: jax.Array,
-    max_timescale: float = DEFAULT_MAX_TIMESCALE,
+    max_timescale: float = DEFAULT_MAX_TIMESCALE, method: str = "auto",
 ) -> jax.Array:
-  """Transformer-XL positional logits for arbitrary positions, without a [T, T, R] tensor.
+  """Transformer-XL positional logits for arbitrary positions.
 
   Computes logits[b, h, i, j] = <queries[b, i, h], W_h^T sinusoid(p_j - p_i)>, where
   W_h = kernel[:, h, :] maps the R-dim sinusoid of a distance to a head's key
-  space. Because sin/cos of a difference expands into products of sin/cos of
-  each position, the query is first projected into sinusoid space and rotated
-  by its own position (like RoPE), then dotted with sinusoid(p_j):
-    s(a - b) = s(a)c(b) - c(a)s(b),  c(a - b) = c(a)c(b) + s(a)s(b).
-  This costs O(B H T^2 R) flops and O(B T H R) memory.
+  space. Two exact contraction orders:
+
+  "factorized" never builds a [T, T, ...] tensor. Because sin/cos of a
+  difference expands into products of sin/cos of each position,
+    s(a - b) = s(a)c(b) - c(a)s(b),  c(a - b) = c(a)c(b) + s(a)s(b),
+  the query is projected into sinusoid space by a kernel rotated by the query's
+  own position (like RoPE), then dotted with sinusoid(p_j):
+  O(B T H R (D + T)) flops, O(B T H R) memory.
+
+  "pairwise" projects sinusoid(p_j - p_i) once for all pairs (independent of
+  the batch), then contracts the head dimension: O(T^2 H D (R + B)) flops,
+  about R / D times fewer for long batches, but O(T^2 H D) memory.
+
+  "auto" takes "pairwise" only when its [T, T, H, D] table is no larger than
+  the factorized [B, T, H, R] intermediate (T * D <= B * R), so memory stays
+  within the factorized bound: training batches take the cheap order, long
+  evaluation sequences in small chunks the memory-light one.
 
   Args:
     queries: [B, T, H, D] queries (the release adds the learned "relative bias").
     positions: [T] integer or float positions (sorted or not).
     kernel: [R, H, D] projection of the sinusoid features, R even.
     max_timescale: the longest wavelength of the sinusoid.
+    method: "auto", "factorized" or "pairwise".
 
   Returns:
     float32[B, H, T, T].
   """
+  if method not in RELATIVE_METHODS:
+    raise ValueError(f"unknown method {method!r}; valid choices: {', '.join(RELATIVE_METHODS)}")
+  batch, length, heads, head_size = queries.shape
   rel_dim = kernel.shape[0]
-  projected = jnp.einsum("bthd,rhd->bthr", queries, kernel)  # [B, T, H, R]
-  sin_coef, cos_coef = jnp.split(projected, 2, axis=-1)  # [B, T, H, R/2] each
-  angles = _angles(positions, rel_dim, max_timescale, False)[:, None, :]  # [T, 1, R/2]
+  if method == "auto":
+    pairwise_size = length * length * heads * head_size
+    method = "pairwise" if pairwise_size <= batch * length * heads * rel_dim else "factorized"
+  positions = jnp.asarray(positions, jnp.float32)
+  if method == "pairwise":
+    table = sinusoid(positions[None, :] - positions[:, None], rel_dim, max_timescale)  # [T, T, R]
+    pair_keys = jnp.einsum("tsr,rhd->tshd", table, kernel)  # [T, T, H, D]
+    return jnp.einsum("bthd,tshd->bhts", queries, pair_keys)
+  # Rotate the kernel's sinusoid axis by each query position: [T, R, H, D].
+  angles = _angles(positions, rel_dim, max_timescale, False)[:, :, None, None]  # [T, R/2, 1, 1]
   sin_q, cos_q = jnp.sin(angles), jnp.cos(angles)
-  rotated = jnp.concatenate(
-      [sin_coef * cos_q + cos_coef * sin_q, cos_coef * cos_q - sin_coef * sin_q], axis=-1
-  )  # [B, T, H, R]
+  sin_rows, cos_rows = jnp.split(kernel, 2, axis=0)  # [R/2, H, D] each
+  rotated_kernel = jnp.concatenate(
+      [cos_q * sin_rows + sin_q * cos_rows, cos_q * cos_rows - sin_q * sin_rows], axis=1)
+  rotated = jnp.einsum("bthd,trhd->bhtr", queries, rotated_kernel)  # [B, H, T, R]
   keys = sinusoid(positions, rel_dim, max_timescale)  # [T, R]
-  return jnp.einsum("bthr,sr->bhts", rotated, keys)
+  return jnp.einsum("bhtr,sr->bhts", rotated, keys)
 
 
 def relative_logits_toeplitz(

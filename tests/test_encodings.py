@@ -131,16 +131,29 @@ def _rel_inputs(t, seed=0):
   return jax.random.normal(kq, (2, t, 2, 4)), jax.random.normal(kw, (16, 2, 4)) * 0.3
 
 
-def test_relative_logits_match_brute_force_for_sorted_noncontiguous_positions():
+@pytest.mark.parametrize("method", ["factorized", "pairwise", "auto"])
+def test_relative_logits_match_brute_force_for_sorted_noncontiguous_positions(method):
   queries, kernel = _rel_inputs(9)
   p = pos.randomized(jax.random.PRNGKey(4), 9, 2048)
   assert np.any(np.diff(np.asarray(p)) > 1)
-  np.testing.assert_allclose(
-      enc.relative_logits(queries, p, kernel), _relative_brute_force(queries, p, kernel), atol=2e-4)
+  np.testing.assert_allclose(enc.relative_logits(queries, p, kernel, method=method),
+                             _relative_brute_force(queries, p, kernel), atol=2e-4)
   # Float positions too.
   pf = jnp.array([0.0, 0.5, 1.75, 3.0, 10.25, 11.0, 40.5, 41.0, 400.0])
-  np.testing.assert_allclose(
-      enc.relative_logits(queries, pf, kernel), _relative_brute_force(queries, pf, kernel), atol=2e-4)
+  np.testing.assert_allclose(enc.relative_logits(queries, pf, kernel, method=method),
+                             _relative_brute_force(queries, pf, kernel), atol=2e-4)
+
+
+def test_relative_factorized_path_builds_no_pairwise_tensor():
+  # Under "factorized" no intermediate has two sequence axes of length T.
+  queries, kernel = _rel_inputs(11)
+  p = pos.randomized(jax.random.PRNGKey(5), 11, 2048)
+  jaxpr = jax.make_jaxpr(lambda q: enc.relative_logits(q, p, kernel, method="factorized"))(queries)
+  shapes = [v.aval.shape for eqn in jaxpr.eqns for v in eqn.outvars]
+  pairwise = [s for s in shapes if list(s).count(11) >= 2]
+  assert pairwise == [(2, 2, 11, 11)], pairwise  # Only the [B, H, T, T] result itself.
+  with pytest.raises(ValueError, match="valid choices: auto, factorized, pairwise"):
+    enc.relative_logits(queries, p, kernel, method="fast")
 
 
 def test_relative_logits_with_arange_equal_relative_shift():
