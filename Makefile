@@ -1,9 +1,10 @@
-# `make test` and `make demo` work on a fresh machine with Python 3.11: they
+# `make demo` and `make test` work on a fresh machine with Python 3.11: they
 # create the virtual environment on first use and install the project into it.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+CLUSTER_STAMP := $(VENV)/.installed-cluster
 
 .PHONY: install test demo benchmark clean
 
@@ -15,7 +16,12 @@ $(STAMP): setup.py
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-test: $(STAMP)
+# Ray (the `cluster` extra) is only needed by the sweep's Ray executor and its test.
+$(CLUSTER_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[dev,cluster]'
+	touch $(CLUSTER_STAMP)
+
+test: $(CLUSTER_STAMP)
 	$(PY) -m pytest -q tests
 
 # The CPU-sized main job: trains reverse_string with randomized relative encodings.

@@ -27,8 +27,11 @@ setuptools.setup(
         "ml_collections>=0.1.1,<2",
         "orbax-checkpoint>=0.6,<0.13",
         "tqdm>=4.60,<5",
+        "matplotlib>=3.7,<4",
     ],
     extras_require={
         "dev": ["pytest>=7.4,<10"],
+        # Sweeps on a Ray cluster: python -m experiments.sweep --executor=ray.
+        "cluster": ["ray>=2.9,<3"],
     },
 )

@@ -50,5 +50,11 @@ def get_config(arg=None):
   # Sub-batches keep attention logits (chunk x heads x T x T floats) under this size.
   config.evaluation.max_logits = 2**27
 
+  # A grid of models trained together in one program (seeds x learning rates),
+  # all on the same batches; empty lists mean the single seed / learning rate.
+  config.grid = ml_collections.ConfigDict()
+  config.grid.seeds = ml_collections.FieldReference([], field_type=list)
+  config.grid.learning_rates = ml_collections.FieldReference([], field_type=list)
+
   config.progress = True  # tqdm bar.
   return config

@@ -109,7 +109,7 @@ def bench_train(repeats: int) -> dict:
     model_config = training.model_config_from(config, task)
     model = rpe.make_encoder(model_config, task.output_size)
     optimizer = training.make_optimizer(config)
-    state = training.init_state(model, optimizer, 0, task)
+    state = training.init_state(model, optimizer, 0)
     params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
     step_fn = jax.jit(training.make_train_step(model, model_config, optimizer, 0),
                       donate_argnums=(0,))
@@ -144,7 +144,7 @@ def bench_train(repeats: int) -> dict:
   config.model.pe = "randomized_relative"
   model_config = training.model_config_from(config, task)
   model = rpe.make_encoder(model_config, task.output_size)
-  state = training.init_state(model, training.make_optimizer(config), 0, task)
+  state = training.init_state(model, training.make_optimizer(config), 0)
   e = config.evaluation
   evaluator = evaluation.RangeEvaluator(model, model_config, task, max_logits=e.max_logits)
   shapes = evaluator.program_shapes(range(e.min_length, e.max_length + 1), e.batch_size,

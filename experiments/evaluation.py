@@ -74,6 +74,8 @@ class RangeEvaluator:
       "evenly_spaced" (randomized encodings only; see positions.evenly_spaced).
     max_logits: sub-batch so that chunk * heads * T^2 stays below this.
     batch_sharding: optional sharding of the batch axis over devices.
+    stacked: params carry a leading models axis [M, ...]; accuracies are then
+      lists of M values (every model sees the same batches and positions).
   """
 
   model: object
@@ -82,13 +84,17 @@ class RangeEvaluator:
   positions: str = "sampled"
   max_logits: int = 2**27
   batch_sharding: object = None
+  stacked: bool = False
 
   def __post_init__(self):
     if self.positions not in POSITION_MODES:
       raise ValueError(f"unknown evaluation positions {self.positions!r}; "
                        f"valid choices: {', '.join(POSITION_MODES)}")
     self.traces = 0  # Programs compiled so far (one per bucket shape).
-    self._chunk_fn = jax.jit(self._chunk)
+    chunk = self._chunk
+    if self.stacked:
+      chunk = jax.vmap(chunk, in_axes=(0,) + (None,) * 7)
+    self._chunk_fn = jax.jit(chunk)
 
   def _sample_positions(self, key, seq_len, padded):
     cfg = self.model_config
@@ -152,7 +158,8 @@ class RangeEvaluator:
     and dropout from fold_in(PRNGKey(seed + 1), n).
 
     Returns:
-      {"lengths": [...], "accuracy": [...], "buckets": [...]}.
+      {"lengths": [...], "accuracy": [...], "buckets": [...]}; with `stacked`,
+      every accuracy is a list over models.
     """
     lengths = [int(n) for n in lengths]
     task = self.task
@@ -182,7 +189,7 @@ class RangeEvaluator:
         targets = np.concatenate([targets, np.zeros((extra, out_pad), np.int32)])
         mask = np.concatenate([mask, np.zeros((extra, out_pad), bool)])
       key = jax.random.fold_in(model_root, n)
-      correct = counted = 0
+      correct = counted = 0.0
       for c in range(rows // chunk):
         part = slice(c * chunk, (c + 1) * chunk)
         arrays = (tokens[part], targets[part], mask[part])
@@ -190,7 +197,7 @@ class RangeEvaluator:
           arrays = jax.device_put(arrays, self.batch_sharding)
         got, count = self._chunk_fn(params, key, c, *arrays, in_len,
                                     sequence_length(task, n))
-        correct += int(got)
-        counted += int(count)
-      accuracy.append(correct / max(counted, 1))
+        correct = correct + np.asarray(got, np.float64)
+        counted = counted + np.asarray(count, np.float64)
+      accuracy.append((correct / np.maximum(counted, 1)).tolist())
     return {"lengths": lengths, "accuracy": accuracy, "buckets": buckets}

@@ -94,12 +94,30 @@ def validate(config: ml_collections.ConfigDict, device_count: int = 1) -> None:
         f"raise model.max_position to at least {longest}")
 
 
-def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
-  """Adam after global-norm clipping; the learning rate is state (for grids of models)."""
+def make_optimizer(config: ml_collections.ConfigDict,
+                   learning_rate=None) -> optax.GradientTransformation:
+  """Adam after global-norm clipping.
+
+  The learning rate lives in the optimizer state (optax.inject_hyperparams), so
+  models of a grid hold their own rate and share one update function.
+  """
+  if learning_rate is None:
+    learning_rate = config.training.learning_rate
   return optax.chain(
       optax.clip_by_global_norm(config.training.grad_clip_norm),
-      optax.inject_hyperparams(optax.adam)(learning_rate=config.training.learning_rate),
+      optax.inject_hyperparams(optax.adam)(learning_rate=learning_rate),
   )
+
+
+def grid_members(config: ml_collections.ConfigDict) -> list[tuple[int, float]]:
+  """(seed, learning rate) of every model trained together: seeds x learning rates.
+
+  Empty `grid.seeds` / `grid.learning_rates` mean the single `seed` /
+  `training.learning_rate`.
+  """
+  seeds = list(config.grid.seeds) or [config.seed]
+  rates = list(config.grid.learning_rates) or [config.training.learning_rate]
+  return [(int(s), float(r)) for s in seeds for r in rates]
 
 
 def make_batch(task, key, batch_size: int, length: int) -> dict[str, np.ndarray]:
@@ -150,12 +168,38 @@ def make_train_step(model, model_config: rpe.EncoderConfig, optimizer, seed):
   return train_step
 
 
-def init_state(model, optimizer, seed, task) -> TrainState:
+def init_state(model, optimizer, seed) -> TrainState:
+  """One model's initial state; `seed` may be traced."""
   tokens = jnp.zeros((1, 2), jnp.int32)
   key = jax.random.fold_in(jax.random.PRNGKey(seed), _PARAMS)
   params = model.init(key, tokens)
   return TrainState(params, optimizer.init(params), jnp.zeros((), jnp.int32),
                     jnp.zeros((), bool))
+
+
+def init_grid(model, config, members) -> TrainState:
+  """Initial states of all grid members stacked on a leading models axis [M, ...]."""
+  seeds = jnp.array([s for s, _ in members], jnp.int32)
+  rates = jnp.array([r for _, r in members], jnp.float32)
+
+  def one(seed, rate):
+    return init_state(model, make_optimizer(config, rate), seed)
+
+  return jax.jit(jax.vmap(one))(seeds, rates)
+
+
+def make_grid_step(model, model_config: rpe.EncoderConfig, optimizer):
+  """grid_step(states [M], seeds [M], batch) -> (states, metrics [M]): one shared batch.
+
+  Every model draws its own positions and dropout keys from its own seed.
+  """
+
+  def grid_step(states, seeds, batch):
+    def one(state, seed):
+      return make_train_step(model, model_config, optimizer, seed)(state, batch)
+    return jax.vmap(one)(states, seeds)
+
+  return grid_step
 
 
 class Prefetcher:
@@ -208,8 +252,22 @@ def _config_without_steps(config_dict: dict) -> dict:
   return d
 
 
+def _mesh_shardings(devices, num_models: int):
+  """(state, seeds, batch) shardings: models split over devices when they divide evenly,
+  otherwise the batch (data parallel); None on one device."""
+  if len(devices) == 1:
+    return None, None, None
+  mesh = jax.sharding.Mesh(np.array(devices), ("devices",))
+  split = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("devices"))
+  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  if num_models > 1 and num_models % len(devices) == 0:
+    return split, split, replicated
+  return replicated, replicated, split
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
-  """Trains (resuming from workdir if possible), evaluates, and returns the eval results."""
+  """Trains every model of the grid (one model by default), resuming from workdir,
+  evaluates them, and returns the eval results (also written to workdir/eval.json)."""
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
   import tqdm  # pylint: disable=import-outside-toplevel
 
@@ -219,6 +277,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   model_config = model_config_from(config, task)
   model = rpe.make_encoder(model_config, task.output_size)
   optimizer = make_optimizer(config)
+  members = grid_members(config)
+  num_models = len(members)
   t = config.training
 
   # Workdir and config (refuse to mix two different runs in one folder).
@@ -234,14 +294,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   os.makedirs(workdir, exist_ok=True)
   io_utils.write_json(config_path, config_dict)
 
-  # Devices: the batch axis is split over all of them; parameters are replicated.
-  batch_sharding = replicated = None
-  if len(devices) > 1:
-    mesh = jax.sharding.Mesh(np.array(devices), ("data",))
-    batch_sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
-    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-
-  state = init_state(model, optimizer, config.seed, task)
+  state_sharding, seeds_sharding, batch_sharding = _mesh_shardings(devices, num_models)
+  state = init_grid(model, config, members)
+  seeds = jnp.array([s for s, _ in members], jnp.int32)
   manager = ocp.CheckpointManager(
       os.path.join(workdir, "checkpoints"),
       options=ocp.CheckpointManagerOptions(max_to_keep=t.checkpoints_to_keep, create=True),
@@ -251,37 +306,46 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     start = manager.latest_step()
     state = manager.restore(start, args=ocp.args.StandardRestore(state))
     print(f"resuming {workdir} from step {start}", flush=True)
-  if replicated is not None:
-    state = jax.device_put(state, replicated)
+  if state_sharding is not None:
+    state = jax.device_put(state, state_sharding)
+    seeds = jax.device_put(seeds, seeds_sharding)
   metrics_path = os.path.join(workdir, "metrics.jsonl")
   records = [r for r in io_utils.read_jsonl(metrics_path) if r["step"] <= start]
 
-  train_step = jax.jit(make_train_step(model, model_config, optimizer, config.seed),
-                       donate_argnums=(0,))
+  grid_step = jax.jit(make_grid_step(model, model_config, optimizer), donate_argnums=(0,))
   place = (lambda b: jax.device_put(b, batch_sharding)) if batch_sharding else (lambda b: b)
   prefetch = Prefetcher(lambda s: data_for_step(task, config, s), start, t.steps, t.prefetch,
                         place)
   bar = tqdm.tqdm(total=t.steps, initial=start, unit="step", disable=not config.progress,
-                  dynamic_ncols=True, desc=f"{config.task} / {config.model.pe}")
+                  dynamic_ncols=True, desc=f"{config.task} / {config.model.pe}"
+                  + (f" x {num_models} models" if num_models > 1 else ""))
   pending, interval_start = [], time.perf_counter()
 
   def check_finite(step):
-    if bool(state.nonfinite):
+    diverged = np.asarray(state.nonfinite)
+    # A grid goes on while any model is finite; a single model stops.
+    if diverged.all():
       raise NonFiniteLossError(
-          f"non-finite loss or update at or before step {step}; stopped, and kept the last good "
-          f"checkpoint (step {manager.latest_step()}) in {workdir}")
+          f"non-finite loss or update at or before step {step}; stopped, and kept the last "
+          f"good checkpoint (step {manager.latest_step()}) in {workdir}")
+
+  def unwrap(values):
+    return values[0] if num_models == 1 else values
 
   try:
     for step in range(start + 1, t.steps + 1):
-      state, metrics = train_step(state, prefetch.next())
+      state, metrics = grid_step(state, seeds, prefetch.next())
       pending.append(metrics)
       if step % t.log_every == 0 or step == t.steps:
         check_finite(step)
         elapsed = time.perf_counter() - interval_start
-        mean = {k: float(np.mean([float(m[k]) for m in pending])) for k in pending[0]}
-        records.append({"step": step, **mean, "steps_per_second": len(pending) / elapsed})
+        mean = {k: np.mean(np.stack([np.asarray(m[k]) for m in pending]), axis=0).tolist()
+                for k in pending[0]}
+        records.append({"step": step, **{k: unwrap(v) for k, v in mean.items()},
+                        "steps_per_second": len(pending) / elapsed})
         io_utils.write_jsonl(metrics_path, records)
-        bar.set_postfix(loss=f"{mean['loss']:.4f}", acc=f"{mean['accuracy']:.3f}")
+        bar.set_postfix(loss=f"{np.mean(mean['loss']):.4f}",
+                        acc=f"{np.mean(mean['accuracy']):.3f}")
         pending, interval_start = [], time.perf_counter()
       if step % t.checkpoint_every == 0 or step == t.steps:
         check_finite(step)
@@ -293,30 +357,43 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     manager.wait_until_finished()
     manager.close()
 
-  # Evaluation over the configured length range.
+  # Evaluation of every model over the configured length range.
   e = config.evaluation
   evaluator = evaluation.RangeEvaluator(
       model, model_config, task, positions=e.positions, max_logits=e.max_logits,
-      batch_sharding=batch_sharding)
-  result = evaluator.evaluate(state.params, range(e.min_length, e.max_length + 1),
+      batch_sharding=batch_sharding if num_models == 1 else None, stacked=True)
+  params = state.params
+  if num_models > 1 and state_sharding is not None:
+    params = jax.device_put(params, jax.sharding.NamedSharding(
+        state_sharding.mesh, jax.sharding.PartitionSpec()))
+  result = evaluator.evaluate(params, range(e.min_length, e.max_length + 1),
                               e.batch_size, e.seed, e.max_buckets, progress=config.progress)
-  result.update({
+  diverged = np.asarray(state.nonfinite).tolist()
+  models = []
+  for m, (seed, rate) in enumerate(members):
+    accuracy = [a[m] for a in result["accuracy"]]
+    models.append({"seed": seed, "learning_rate": rate, "accuracy": accuracy,
+                   "diverged": diverged[m],
+                   "scores": _scores(result["lengths"], accuracy, t.max_length, t.min_length)})
+  result = {
       "task": config.task, "pe": config.model.pe, "compat": config.model.compat,
-      "step": int(state.step),
-      "scores": _scores(result["lengths"], result["accuracy"], t.max_length, t.min_length),
-      "training_lengths": [t.min_length, t.max_length],
-  })
+      "step": int(np.asarray(state.step)[0]), "lengths": result["lengths"],
+      "buckets": result["buckets"], "training_lengths": [t.min_length, t.max_length],
+      "models": models,
+  }
+  if num_models == 1:  # A single run keeps its numbers at the top level.
+    result.update(accuracy=models[0]["accuracy"], scores=models[0]["scores"])
   io_utils.write_json(os.path.join(workdir, "eval.json"), result)
   return result
 
 
 def restore_state(workdir: str, config: ml_collections.ConfigDict, step: int | None = None):
-  """The TrainState saved in workdir's checkpoint at `step` (default: the latest)."""
+  """The stacked TrainState [M, ...] saved in workdir's checkpoint at `step` (default: latest)."""
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
 
   task = tasks_lib.get(config.task)
   model = rpe.make_encoder(model_config_from(config, task), task.output_size)
-  target = init_state(model, make_optimizer(config), config.seed, task)
+  target = init_grid(model, config, grid_members(config))
   with ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), "checkpoints")) as manager:
     step = manager.latest_step() if step is None else step
     if step is None:
@@ -325,14 +402,24 @@ def restore_state(workdir: str, config: ml_collections.ConfigDict, step: int | N
 
 
 def summary_table(result: dict) -> str:
-  """A short Markdown table of in-distribution vs unseen-length accuracy."""
+  """A short Markdown table of in-distribution vs unseen-length accuracy per model."""
   lo, hi = result["training_lengths"]
-  lengths = result["lengths"]
-  unseen = [n for n in lengths if n > hi]
-  rows = ["| lengths | accuracy |", "|---|---:|"]
-  score = result["scores"]["train_range"]
-  if score is not None:
-    rows.append(f"| {lo}-{hi} (training) | {100 * score:.1f}% |")
-  if unseen:
-    rows.append(f"| {unseen[0]}-{unseen[-1]} (unseen) | {100 * result['scores']['unseen']:.1f}% |")
+  unseen = [n for n in result["lengths"] if n > hi]
+  columns = [f"{lo}-{hi} (training)"] + ([f"{unseen[0]}-{unseen[-1]} (unseen)"] if unseen else [])
+  keys = ["train_range"] + (["unseen"] if unseen else [])
+  models = result["models"]
+
+  def cell(value):
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+  if len(models) == 1:
+    rows = ["| lengths | accuracy |", "|---|---:|"]
+    rows += [f"| {c} | {cell(models[0]['scores'][k])} |" for c, k in zip(columns, keys)]
+    return "\n".join(rows)
+  rows = ["| seed | learning rate | " + " | ".join(columns) + " |",
+          "|---:|---:|" + "---:|" * len(columns)]
+  for m in models:
+    flag = " (diverged)" if m["diverged"] else ""
+    rows.append(f"| {m['seed']} | {m['learning_rate']:g}{flag} | "
+                + " | ".join(cell(m["scores"][k]) for k in keys) + " |")
   return "\n".join(rows)
