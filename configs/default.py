@@ -53,8 +53,9 @@ def get_config(arg=None):
   # A grid of models trained together in one program (seeds x learning rates),
   # all on the same batches; empty lists mean the single seed / learning rate.
   config.grid = ml_collections.ConfigDict()
-  config.grid.seeds = ml_collections.FieldReference([], field_type=list)
-  config.grid.learning_rates = ml_collections.FieldReference([], field_type=list)
+  # Tuples, so that the command line can set them: --config.grid.seeds='(0,1,2)'.
+  config.grid.seeds = ()
+  config.grid.learning_rates = ()
 
   config.progress = True  # tqdm bar.
   return config

@@ -33,17 +33,17 @@ def get_config(arg=None):
     raise ValueError(f"unknown scale {scale!r}; valid choices: {', '.join(SCALES)}")
   config = default.get_config()
   config.model.compat = "release"
-  config.grid.seeds = list(range(10))
-  config.grid.learning_rates = [1e-4, 3e-4, 5e-4]
+  config.grid.seeds = tuple(range(10))
+  config.grid.learning_rates = (1e-4, 3e-4, 5e-4)
   config.sweep = ml_collections.ConfigDict()
-  config.sweep.tasks = list(PAPER_TASKS)
-  config.sweep.encodings = list(PAPER_ENCODINGS)
+  config.sweep.tasks = tuple(PAPER_TASKS)
+  config.sweep.encodings = tuple(PAPER_ENCODINGS)
   config.progress = False
   if scale == "small":
-    config.sweep.tasks = ["even_pairs", "reverse_string", "missing_duplicate_string"]
-    config.sweep.encodings = ["sin_cos", "relative", "randomized_sin_cos", "randomized_relative"]
-    config.grid.seeds = [0, 1]
-    config.grid.learning_rates = [1e-3]
+    config.sweep.tasks = ("even_pairs", "reverse_string", "missing_duplicate_string")
+    config.sweep.encodings = ("sin_cos", "relative", "randomized_sin_cos", "randomized_relative")
+    config.grid.seeds = (0, 1)
+    config.grid.learning_rates = (1e-3,)
     config.model.num_layers = 2
     config.model.max_position = 256
     config.training.update(steps=1000, batch_size=64, max_length=10, log_every=250,

@@ -11,12 +11,15 @@ Sections:
          steps/s of the real loop (prefetched data, uniform lengths), per
          encoding; and for evaluation over 1..500 at batch 500: programs and
          compile seconds, plus the seconds to evaluate lengths 41..100.
+  grid:  model-steps per second of a grid of 30 models (10 seeds x 3 learning
+         rates, one program) against one model, at one training length.
 
 Prints Markdown tables; `--output=FILE.json` also writes the raw numbers.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import statistics
 import time
@@ -24,14 +27,16 @@ import time
 from absl import app
 from absl import flags
 
-_SECTIONS = flags.DEFINE_list("sections", ["tasks", "train"], "Which benchmarks to run.")
+_SECTIONS = flags.DEFINE_list("sections", ["tasks", "train", "grid"],
+                              "Which benchmarks to run.")
 _REPEATS = flags.DEFINE_integer("repeats", 20, "Timed repeats per measurement (tasks).")
 _OUTPUT = flags.DEFINE_string("output", None, "Optional JSON file for the raw numbers.")
 _ENCODINGS = flags.DEFINE_list(
     "encodings", ["sin_cos", "relative", "randomized_sin_cos", "randomized_relative",
                   "randomized_rope", "randomized_alibi"], "Encodings timed by `train`.")
-_STEPS = flags.DEFINE_integer("steps", 100, "Timed training steps per encoding (train).")
+_STEPS = flags.DEFINE_integer("steps", 200, "Timed training steps per encoding (train).")
 _MAX_TRAIN_LENGTH = flags.DEFINE_integer("max_train_length", 40, "Training lengths 1..N.")
+_GRID_LENGTH = flags.DEFINE_integer("grid_length", 20, "Input length of the grid benchmark.")
 
 # The release's numbers on the same 2-core CPU (DESIGN.md section 7 and issue 3),
 # in ms per batch at 128 x 40 and 500 x 500.
@@ -100,11 +105,15 @@ def bench_train(repeats: int) -> dict:
   results = {"device": jax.devices()[0].device_kind, "backend": jax.default_backend(),
              "train": {}}
   print(f"device: {jax.device_count()} x {jax.devices()[0].device_kind}\n")
-  print("| encoding | params | compile s (programs) | steps/s | release steps/s |")
-  print("|---|---:|---:|---:|---:|")
-  for pe in _ENCODINGS.value:
+  runs = [(pe, "paper") for pe in _ENCODINGS.value]
+  if "randomized_relative" in _ENCODINGS.value:
+    runs.append(("randomized_relative", "release"))  # The release's own computation.
+  print("| encoding | compat | params | compile s (programs) | steps/s | release steps/s |")
+  print("|---|---|---:|---:|---:|---:|")
+  for pe, compat in runs:
     config = default.get_config()
     config.model.pe = pe
+    config.model.compat = compat
     config.training.max_length = _MAX_TRAIN_LENGTH.value
     model_config = training.model_config_from(config, task)
     model = rpe.make_encoder(model_config, task.output_size)
@@ -119,24 +128,31 @@ def bench_train(repeats: int) -> dict:
       batch = training.make_batch(task, jax.random.PRNGKey(n), config.training.batch_size, n)
       compiled[n] = step_fn.lower(state, batch).compile()
     compile_s = time.perf_counter() - start
-    prefetch = training.Prefetcher(lambda s: training.data_for_step(task, config, s), 0,
-                                   _STEPS.value + 10, depth=4)
-    for _ in range(10):  # Warm-up: first executions, caches.
-      batch = prefetch.next()
-      state, metrics = compiled[batch["targets"].shape[1]](state, batch)
+    # A program's first execution is ~100 ms slower on CPU: run each once first.
+    for n in lengths:
+      batch = training.make_batch(task, jax.random.PRNGKey(n), config.training.batch_size, n)
+      state, _ = compiled[n](state, batch)
     jax.block_until_ready(state)
+    # Steady state: the real data stream (uniform lengths, prefetched in a thread).
+    prefetch = training.Prefetcher(lambda s, c=config: training.data_for_step(task, c, s), 0,
+                                   _STEPS.value, depth=4)
     start = time.perf_counter()
     for _ in range(_STEPS.value):
       batch = prefetch.next()
-      state, metrics = compiled[batch["targets"].shape[1]](state, batch)
+      state, _ = compiled[batch["targets"].shape[1]](state, batch)
     jax.block_until_ready(state)
     steps_per_s = _STEPS.value / (time.perf_counter() - start)
     prefetch.close()
     release = RELEASE_STEPS_PER_SECOND.get(pe)
-    results["train"][pe] = {"params": params, "compile_s": compile_s,
-                            "programs": len(compiled), "steps_per_s": steps_per_s}
-    print(f"| {pe} | {params:,} | {compile_s:.0f} ({len(compiled)}) | {steps_per_s:.2f} | "
-          f"{release if release else '-'} |", flush=True)
+    ratio = f"{release} ({steps_per_s / release:.2f}x)" if release else "-"
+    results["train"][f"{pe}/{compat}"] = {"params": params, "compile_s": compile_s,
+                                          "programs": len(compiled), "steps_per_s": steps_per_s}
+    print(f"| {pe} | {compat} | {params:,} | {compile_s:.0f} ({len(compiled)}) | "
+          f"{steps_per_s:.2f} | {ratio} |", flush=True)
+    # Free the programs: a CPU process cannot hold a few hundred of them at once.
+    del compiled, step_fn, state
+    jax.clear_caches()
+    gc.collect()
 
   # Evaluation: programs for 1..500 at batch 500 (compiled ahead of time, not run),
   # then a timed evaluation of 41..100.
@@ -166,7 +182,54 @@ def bench_train(repeats: int) -> dict:
   return results
 
 
-SECTIONS = {"tasks": bench_tasks, "train": bench_train}
+def bench_grid(repeats: int) -> dict:
+  """Model-steps per second of a 10-seed x 3-rate grid against one model (one length)."""
+  del repeats
+  import jax  # pylint: disable=import-outside-toplevel
+  import numpy as np  # pylint: disable=import-outside-toplevel
+
+  import randomized_pe as rpe  # pylint: disable=import-outside-toplevel
+  import tasks  # pylint: disable=import-outside-toplevel
+  from configs import default  # pylint: disable=import-outside-toplevel
+  from experiments import training  # pylint: disable=import-outside-toplevel
+
+  task = tasks.get("reverse_string")
+  length = _GRID_LENGTH.value
+  results = {"device": jax.devices()[0].device_kind, "length": length}
+  print(f"device: {jax.device_count()} x {jax.devices()[0].device_kind}; reverse_string, "
+        f"batch 128, length {length} (sequence {2 * length}), randomized_relative\n")
+  print("| models | steps/s | model-steps/s | vs one model |")
+  print("|---:|---:|---:|---:|")
+  base = None
+  for seeds, rates in [((0,), (1e-4,)), (tuple(range(10)), (1e-4, 3e-4, 5e-4))]:
+    config = default.get_config()
+    config.model.pe = "randomized_relative"
+    config.grid.seeds, config.grid.learning_rates = seeds, rates
+    model_config = training.model_config_from(config, task)
+    model = rpe.make_encoder(model_config, task.output_size)
+    members = training.grid_members(config)
+    state = training.init_grid(model, config, members)
+    member_seeds = np.array([m[0] for m in members], np.int32)
+    step = jax.jit(training.make_grid_step(model, model_config, training.make_optimizer(config)),
+                   donate_argnums=(0,))
+    batch = training.make_batch(task, jax.random.PRNGKey(0), 128, length)
+    state, _ = step(state, member_seeds, batch)  # Compile.
+    jax.block_until_ready(state)
+    steps = max(2, _STEPS.value // len(members))
+    start = time.perf_counter()
+    for _ in range(steps):
+      state, _ = step(state, member_seeds, batch)
+    jax.block_until_ready(state)
+    rate = steps / (time.perf_counter() - start)
+    model_rate = rate * len(members)
+    base = base or model_rate
+    results[len(members)] = {"steps_per_s": rate, "model_steps_per_s": model_rate}
+    print(f"| {len(members)} | {rate:.3f} | {model_rate:.2f} | {model_rate / base:.2f}x |",
+          flush=True)
+  return results
+
+
+SECTIONS = {"tasks": bench_tasks, "train": bench_train, "grid": bench_grid}
 
 
 def main(argv):

@@ -30,8 +30,8 @@ def test_grid_equals_single_model_training():
   config = tiny_config(steps=3)
   config.model.compat = "release"  # Per-layer positions and dropout: keys must differ per model.
   config.data_seed = 5
-  config.grid.seeds = [3, 4]
-  config.grid.learning_rates = [1e-3, 3e-3]
+  config.grid.seeds = (3, 4)
+  config.grid.learning_rates = (1e-3, 3e-3)
   task = tasks.get(config.task)
   model_config = training.model_config_from(config, task)
   model = rpe.make_encoder(model_config, task.output_size)
@@ -66,10 +66,10 @@ def test_grid_equals_single_model_training():
 
 def _tiny_sweep_config(steps=4):
   config = tiny_config(steps=steps, checkpoint_every=2, log_every=2)
-  config.grid.seeds = [0, 1]
+  config.grid.seeds = (0, 1)
   config.sweep = table1.get_config("scale=small").sweep
-  config.sweep.tasks = ["parity_check", "reverse_string"]
-  config.sweep.encodings = ["randomized_sin_cos"]
+  config.sweep.tasks = ("parity_check", "reverse_string")
+  config.sweep.encodings = ("randomized_sin_cos",)
   config.evaluation.max_length = 4
   return config
 
@@ -97,6 +97,17 @@ def test_local_runner_resumes_stopped_job_and_skips_finished(tmp_path):
   assert [r["step"] for r in records] == [2, 4]
   result = json.load(open(os.path.join(jobs[0].workdir, "eval.json")))
   assert [(m["seed"], m["learning_rate"]) for m in result["models"]] == [(0, 1e-3), (1, 1e-3)]
+
+
+def test_local_workers_restart_a_killed_worker(tmp_path):
+  config = _tiny_sweep_config()
+  sweep_dir = str(tmp_path / "sweep")
+  progress = sweep.run_sweep(config, sweep_dir, workers=2, job_fn=sweep_helpers.killed_job)
+  assert not progress.failed and progress.done == 2
+  jobs = sweep.make_jobs(config, sweep_dir)
+  assert os.path.exists(jobs[0].workdir + ".stopped")  # Its first worker was killed.
+  assert [_completions(j) for j in jobs] == [1, 1]
+  assert all(sweep.is_finished(j) for j in jobs)
 
 
 def test_ray_sweep_survives_a_killed_worker(tmp_path):

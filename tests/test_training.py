@@ -190,6 +190,8 @@ from tests.test_training import tiny_config
 from experiments import training
 config = tiny_config(steps=3, log_every=1, checkpoint_every=3)
 training.train_and_evaluate(config, {str(tmp_path / 'two')!r})
+config.grid.seeds = (0, 1)  # Two models: the models axis is split over the devices.
+training.train_and_evaluate(config, {str(tmp_path / 'two_grid')!r})
 """
   env = {**ENV, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
   out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True,
@@ -204,6 +206,10 @@ training.train_and_evaluate(config, {str(tmp_path / 'two')!r})
   e_two = json.load(open(tmp_path / "two" / "eval.json"))["accuracy"]
   e_one = json.load(open(tmp_path / "one" / "eval.json"))["accuracy"]
   np.testing.assert_allclose(e_two, e_one, atol=1e-6)
+  # The two-model grid split over two devices: model 0 equals the single run.
+  grid = [json.loads(l)["loss"] for l in open(tmp_path / "two_grid" / "metrics.jsonl")]
+  np.testing.assert_allclose([g[0] for g in grid], one, atol=1e-5)
+  assert all(abs(g[0] - g[1]) > 1e-6 for g in grid)
 
 
 @pytest.mark.parametrize("args,message", [
