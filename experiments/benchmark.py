@@ -92,7 +92,6 @@ def bench_train(repeats: int) -> dict:
   """Training and evaluation speed of the paper model (see the module docstring)."""
   del repeats
   import jax  # pylint: disable=import-outside-toplevel
-  import numpy as np  # pylint: disable=import-outside-toplevel
 
   import randomized_pe as rpe  # pylint: disable=import-outside-toplevel
   import tasks  # pylint: disable=import-outside-toplevel

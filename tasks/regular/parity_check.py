@@ -1,5 +1,4 @@
 """parity_check: is the number of ones odd?"""
-import numpy as np
 
 from tasks.base import Task
 
