@@ -13,6 +13,11 @@ Sections:
          compile seconds, plus the seconds to evaluate lengths 41..100.
   grid:  model-steps per second of a grid of 30 models (10 seeds x 3 learning
          rates, one program) against one model, at one training length.
+  attention: one layer's attention (forward + backward) over the whole batch
+         against cache-sized chunks (randomized_pe.attention), T = 20, 40, 80.
+
+Training runs as experiments.train does: on a CPU the host is split into one
+XLA device per core (--cpu_devices) and the batch is split over them.
 
 Prints Markdown tables; `--output=FILE.json` also writes the raw numbers.
 """
@@ -27,7 +32,7 @@ import time
 from absl import app
 from absl import flags
 
-_SECTIONS = flags.DEFINE_list("sections", ["tasks", "train", "grid"],
+_SECTIONS = flags.DEFINE_list("sections", ["tasks", "train", "grid", "attention"],
                               "Which benchmarks to run.")
 _REPEATS = flags.DEFINE_integer("repeats", 20, "Timed repeats per measurement (tasks).")
 _OUTPUT = flags.DEFINE_string("output", None, "Optional JSON file for the raw numbers.")
@@ -37,6 +42,9 @@ _ENCODINGS = flags.DEFINE_list(
 _STEPS = flags.DEFINE_integer("steps", 200, "Timed training steps per encoding (train).")
 _MAX_TRAIN_LENGTH = flags.DEFINE_integer("max_train_length", 40, "Training lengths 1..N.")
 _GRID_LENGTH = flags.DEFINE_integer("grid_length", 20, "Input length of the grid benchmark.")
+_CPU_DEVICES = flags.DEFINE_integer(
+    "cpu_devices", 0, "XLA devices on the host CPU, as in experiments.train "
+    "(0: one per core, at most 8).")
 
 # The release's numbers on the same 2-core CPU (DESIGN.md section 7 and issue 3),
 # in ms per batch at 128 x 40 and 500 x 500.
@@ -92,6 +100,7 @@ def bench_train(repeats: int) -> dict:
   """Training and evaluation speed of the paper model (see the module docstring)."""
   del repeats
   import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
 
   import randomized_pe as rpe  # pylint: disable=import-outside-toplevel
   import tasks  # pylint: disable=import-outside-toplevel
@@ -102,8 +111,9 @@ def bench_train(repeats: int) -> dict:
   task = tasks.get("reverse_string")
   lengths = range(1, _MAX_TRAIN_LENGTH.value + 1)
   results = {"device": jax.devices()[0].device_kind, "backend": jax.default_backend(),
-             "train": {}}
-  print(f"device: {jax.device_count()} x {jax.devices()[0].device_kind}\n")
+             "devices": jax.device_count(), "train": {}}
+  print(f"device: {jax.device_count()} x {jax.devices()[0].device_kind} (training splits the "
+        f"batch over them; --cpu_devices sets how many on a CPU)\n")
   runs = [(pe, "paper") for pe in _ENCODINGS.value]
   if "randomized_relative" in _ENCODINGS.value:
     runs.append(("randomized_relative", "release"))  # The release's own computation.
@@ -117,28 +127,39 @@ def bench_train(repeats: int) -> dict:
     model_config = training.model_config_from(config, task)
     model = rpe.make_encoder(model_config, task.output_size)
     optimizer = training.make_optimizer(config)
-    state = training.init_state(model, optimizer, 0)
+    # The training loop's own step: a grid of one model, batch split over devices.
+    members = training.grid_members(config)
+    state = training.init_grid(model, config, members)
+    seeds = jnp.array([m[0] for m in members], jnp.int32)
+    state_sharding, seeds_sharding, batch_sharding = training._mesh_shardings(  # pylint: disable=protected-access
+        jax.devices(), len(members))
+    if state_sharding is not None:
+      state = jax.device_put(state, state_sharding)
+      seeds = jax.device_put(seeds, seeds_sharding)
+    place = (lambda b: jax.device_put(b, batch_sharding)) if batch_sharding else (lambda b: b)
     params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
-    step_fn = jax.jit(training.make_train_step(model, model_config, optimizer, 0),
+    step_fn = jax.jit(training.make_grid_step(model, model_config, optimizer),
                       donate_argnums=(0,))
     start = time.perf_counter()
     compiled = {}
     for n in lengths:  # Ahead-of-time: exactly one program per training length.
-      batch = training.make_batch(task, jax.random.PRNGKey(n), config.training.batch_size, n)
-      compiled[n] = step_fn.lower(state, batch).compile()
+      batch = place(training.make_batch(task, jax.random.PRNGKey(n),
+                                        config.training.batch_size, n))
+      compiled[n] = step_fn.lower(state, seeds, batch).compile()
     compile_s = time.perf_counter() - start
     # A program's first execution is ~100 ms slower on CPU: run each once first.
     for n in lengths:
-      batch = training.make_batch(task, jax.random.PRNGKey(n), config.training.batch_size, n)
-      state, _ = compiled[n](state, batch)
+      batch = place(training.make_batch(task, jax.random.PRNGKey(n),
+                                        config.training.batch_size, n))
+      state, _ = compiled[n](state, seeds, batch)
     jax.block_until_ready(state)
     # Steady state: the real data stream (uniform lengths, prefetched in a thread).
     prefetch = training.Prefetcher(lambda s, c=config: training.data_for_step(task, c, s), 0,
-                                   _STEPS.value, depth=4)
+                                   _STEPS.value, depth=4, place=place)
     start = time.perf_counter()
     for _ in range(_STEPS.value):
       batch = prefetch.next()
-      state, _ = compiled[batch["targets"].shape[1]](state, batch)
+      state, _ = compiled[batch["targets"].shape[1]](state, seeds, batch)
     jax.block_until_ready(state)
     steps_per_s = _STEPS.value / (time.perf_counter() - start)
     prefetch.close()
@@ -228,14 +249,62 @@ def bench_grid(repeats: int) -> dict:
   return results
 
 
-SECTIONS = {"tasks": bench_tasks, "train": bench_train, "grid": bench_grid}
+def bench_attention(repeats: int) -> dict:
+  """Attention forward + backward of one layer of the paper model: whole batch vs chunks."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+
+  from randomized_pe import attention  # pylint: disable=import-outside-toplevel
+  from randomized_pe import encodings  # pylint: disable=import-outside-toplevel
+  from randomized_pe import positions  # pylint: disable=import-outside-toplevel
+
+  batch, heads, head_size = 128, 8, 8
+  results = {}
+  print("batch 128, 8 heads of 8; ms per forward + backward (median); one device\n")
+  print("| T | scores | whole batch | chunks (rows) | speed-up |")
+  print("|---:|---|---:|---:|---:|")
+  for length in (20, 40, 80):
+    keys = jax.random.split(jax.random.PRNGKey(length), 5)
+    q, k, v, cot = (jax.random.normal(keys[i], (batch, length, heads, head_size), jnp.float32)
+                    for i in range(4))
+    kernel = jax.random.normal(keys[4], (heads * head_size, heads, head_size)) * 0.1
+    pos = positions.randomized(jax.random.PRNGKey(0), length, 2048)
+
+    def relative(q, k, kernel):
+      table = encodings.relative_key_table(pos, kernel)
+      return lambda cq, ck: attention.dot_scores(cq, ck) + encodings.relative_logits_from_table(
+          cq * (1.0 / head_size**0.5), table)
+
+    rows = attention.default_chunk_rows(batch, heads, length, length, backend="cpu")
+    for name, scorer in (("dot", lambda q, k, w: attention.dot_scores),
+                         ("relative", relative)):
+      times = []
+      for chunk in (batch, rows):
+        def loss(q, k, v, w, chunk=chunk, scorer=scorer):
+          out = attention.attention(q, k, v, scorer(q, k, w), chunk_rows=chunk)
+          return jnp.vdot(out, cot)
+        grad = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))
+        times.append(_median_ms(lambda i, g=grad: jax.block_until_ready(g(q, k, v, kernel)),
+                                repeats))
+      results[f"{name}/{length}"] = {"whole_ms": times[0], "chunked_ms": times[1], "rows": rows}
+      print(f"| {length} | {name} | {times[0]:.1f} | {times[1]:.1f} ({rows}) | "
+            f"{times[0] / times[1]:.2f}x |", flush=True)
+  return results
+
+
+SECTIONS = {"tasks": bench_tasks, "train": bench_train, "grid": bench_grid,
+            "attention": bench_attention}
 
 
 def main(argv):
   del argv
+  from absl import logging  # pylint: disable=import-outside-toplevel
+  logging.set_verbosity(logging.WARNING)
   unknown = [s for s in _SECTIONS.value if s not in SECTIONS]
   if unknown:
     raise app.UsageError(f"unknown sections {unknown}; valid: {', '.join(SECTIONS)}")
+  from experiments import training  # pylint: disable=import-outside-toplevel
+  training.use_cpu_devices(training.cpu_device_count(_CPU_DEVICES.value, 128))
   results = {}
   for section in _SECTIONS.value:
     print(f"\n## {section}\n")

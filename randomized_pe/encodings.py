@@ -180,12 +180,69 @@ def toeplitz(values_by_offset) -> jax.Array:
 
 
 RELATIVE_METHODS = ("auto", "factorized", "pairwise")
-PAIRWISE_MAX_LENGTH = 32  # "auto" crossover, measured on a 2-core CPU.
+# "auto" builds a pairwise table of at most this many elements (16 MB).
+PAIRWISE_MAX_ELEMENTS = 1 << 22
+
+
+def relative_key_table(positions, kernel: jax.Array,
+                       max_timescale: float = DEFAULT_MAX_TIMESCALE,
+                       query_positions=None) -> jax.Array:
+  """Projected sinusoid of every pairwise distance: float32[Tq, T, H, D].
+
+  table[i, j, h] = W_h^T sinusoid(p_j - q_i), with W_h = kernel[:, h, :], p the
+  key positions and q the query positions (default: q = p). It does not depend
+  on the batch, so a model computes it once per batch and layer.
+
+  Args:
+    positions: [T] integer or float key positions.
+    kernel: [R, H, D] projection of the R sinusoid features, R even.
+    max_timescale: the longest wavelength of the sinusoid.
+    query_positions: optional [Tq] query positions.
+  """
+  positions = jnp.asarray(positions, jnp.float32)
+  query_positions = positions if query_positions is None else jnp.asarray(
+      query_positions, jnp.float32)
+  table = sinusoid(positions[None, :] - query_positions[:, None], kernel.shape[0], max_timescale)
+  return jnp.einsum("tsr,rhd->tshd", table, kernel)
+
+
+def relative_key_table_toeplitz(offset_positions, kernel: jax.Array,
+                                max_timescale: float = DEFAULT_MAX_TIMESCALE) -> jax.Array:
+  """Like `relative_key_table` when the encoding depends only on j - i: float32[T, T, H, D].
+
+  table[i, j, h] = W_h^T sinusoid(offset_positions[j - i + T - 1]); see
+  `relative_logits_toeplitz` for the meaning of offset_positions. Slice rows
+  [T - Tq:] for the last Tq queries.
+  """
+  rel_keys = jnp.einsum(
+      "or,rhd->ohd", sinusoid(offset_positions, kernel.shape[0], max_timescale), kernel
+  )  # [2T-1, H, D]
+  return rel_keys[_offset_index(rel_keys.shape[0], None)]
+
+
+def _offset_index(num_offsets: int, num_queries):
+  """[Tq, T] index d + T - 1 of offset d = j - i for the last Tq of T queries."""
+  length = (num_offsets + 1) // 2
+  num_queries = length if num_queries is None else num_queries
+  rows = jnp.arange(length - num_queries, length)
+  return jnp.arange(length)[None, :] - rows[:, None] + length - 1
+
+
+def relative_logits_from_table(queries: jax.Array, table: jax.Array) -> jax.Array:
+  """<queries[b, i, h], table[i, j, h]> for [B, T, H, D] and [T, T, H, D] -> [B, H, T, T]."""
+  return jnp.einsum("bthd,tshd->bhts", queries, table)
+
+
+def use_pairwise(batch: int, length: int, heads: int, head_size: int, rel_dim: int) -> bool:
+  """Whether "auto" takes the pairwise order (see `relative_logits`)."""
+  table = length * length * heads * head_size
+  return table <= PAIRWISE_MAX_ELEMENTS and table <= batch * length * heads * rel_dim
 
 
 def relative_logits(
     queries: jax.Array, positions, kernel: jax.Array,
     max_timescale: float = DEFAULT_MAX_TIMESCALE, method: str = "auto",
+    query_positions=None,
 ) -> jax.Array:
   """Transformer-XL positional logits for arbitrary positions.
 
@@ -193,22 +250,23 @@ def relative_logits(
   W_h = kernel[:, h, :] maps the R-dim sinusoid of a distance to a head's key
   space. Two exact contraction orders:
 
+  "pairwise" projects sinusoid(p_j - p_i) once for all pairs
+  (`relative_key_table`, independent of the batch), then contracts the head
+  dimension: O(T^2 H D (R + B)) flops and O(T^2 H D) memory.
+
   "factorized" never builds a [T, T, ...] tensor. Because sin/cos of a
   difference expands into products of sin/cos of each position,
     s(a - b) = s(a)c(b) - c(a)s(b),  c(a - b) = c(a)c(b) + s(a)s(b),
   the query is projected into sinusoid space by a kernel rotated by the query's
   own position (like RoPE), then dotted with sinusoid(p_j):
-  O(B T H R (D + T)) flops, O(B T H R) memory.
+  O(B T H R (D + T)) flops, R / D times more than pairwise for long batches,
+  but only O(B T H R) memory.
 
-  "pairwise" projects sinusoid(p_j - p_i) once for all pairs (independent of
-  the batch), then contracts the head dimension: O(T^2 H D (R + B)) flops,
-  about R / D times fewer for long batches, but O(T^2 H D) memory.
-
-  "auto" takes "pairwise" for short sequences (T <= 32, where it measured
-  2-6x faster on a 2-core CPU; beyond, its many small per-pair products lose
-  to the factorized order despite fewer flops), and only when its table is no
-  larger than the factorized [B, T, H, R] intermediate, so memory always stays
-  within the factorized bound.
+  "auto" takes "pairwise" when its table has at most PAIRWISE_MAX_ELEMENTS
+  elements and is no larger than the factorized [B, T, H, R] intermediate
+  (so memory never exceeds the factorized bound); it measured as fast or
+  faster than factorized at every length from 8 to 80 on a 2-core CPU, inside
+  chunked attention (`randomized_pe.attention`).
 
   Args:
     queries: [B, T, H, D] queries (the release adds the learned "relative bias").
@@ -216,24 +274,26 @@ def relative_logits(
     kernel: [R, H, D] projection of the sinusoid features, R even.
     max_timescale: the longest wavelength of the sinusoid.
     method: "auto", "factorized" or "pairwise".
+    query_positions: optional [Tq] positions of the queries when they are not
+      `positions` (e.g. only the last Tq of them); queries is then [B, Tq, H, D].
 
   Returns:
-    float32[B, H, T, T].
+    float32[B, H, Tq, T].
   """
   if method not in RELATIVE_METHODS:
     raise ValueError(f"unknown method {method!r}; valid choices: {', '.join(RELATIVE_METHODS)}")
-  batch, length, heads, head_size = queries.shape
+  batch, _, heads, head_size = queries.shape
+  length = jnp.shape(positions)[0]
   rel_dim = kernel.shape[0]
   if method == "auto":
-    small_table = length * length * heads * head_size <= batch * length * heads * rel_dim
-    method = "pairwise" if length <= PAIRWISE_MAX_LENGTH and small_table else "factorized"
-  positions = jnp.asarray(positions, jnp.float32)
+    method = "pairwise" if use_pairwise(batch, length, heads, head_size, rel_dim) else "factorized"
   if method == "pairwise":
-    table = sinusoid(positions[None, :] - positions[:, None], rel_dim, max_timescale)  # [T, T, R]
-    pair_keys = jnp.einsum("tsr,rhd->tshd", table, kernel)  # [T, T, H, D]
-    return jnp.einsum("bthd,tshd->bhts", queries, pair_keys)
-  # Rotate the kernel's sinusoid axis by each query position: [T, R, H, D].
-  angles = _angles(positions, rel_dim, max_timescale, False)[:, :, None, None]  # [T, R/2, 1, 1]
+    return relative_logits_from_table(
+        queries, relative_key_table(positions, kernel, max_timescale, query_positions))
+  positions = jnp.asarray(positions, jnp.float32)
+  query_positions = positions if query_positions is None else query_positions
+  # Rotate the kernel's sinusoid axis by each query position: [Tq, R, H, D].
+  angles = _angles(query_positions, rel_dim, max_timescale, False)[:, :, None, None]
   sin_q, cos_q = jnp.sin(angles), jnp.cos(angles)
   sin_rows, cos_rows = jnp.split(kernel, 2, axis=0)  # [R/2, H, D] each
   rotated_kernel = jnp.concatenate(
@@ -255,19 +315,18 @@ def relative_logits_toeplitz(
   difference of positions (see `release_relative_positions`).
 
   Args:
-    queries: [B, T, H, D].
+    queries: [B, T, H, D], or [B, Tq, H, D] for the last Tq of T positions.
     offset_positions: [2T - 1] position fed to the sinusoid for each offset.
     kernel: [R, H, D].
 
   Returns:
-    float32[B, H, T, T].
+    float32[B, H, Tq, T].
   """
   rel_keys = jnp.einsum(
       "or,rhd->ohd", sinusoid(offset_positions, kernel.shape[0], max_timescale), kernel
   )  # [2T-1, H, D]
-  per_offset = jnp.einsum("bthd,ohd->bhto", queries, rel_keys)  # [B, H, T, 2T-1]
-  length = queries.shape[1]
-  index = jnp.arange(length)[None, :] - jnp.arange(length)[:, None] + length - 1  # [T, T]
+  per_offset = jnp.einsum("bthd,ohd->bhto", queries, rel_keys)  # [B, H, Tq, 2T-1]
+  index = _offset_index(rel_keys.shape[0], queries.shape[1])  # [Tq, T]
   return jnp.take_along_axis(per_offset, index[None, None], axis=-1)
 
 

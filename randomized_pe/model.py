@@ -27,11 +27,9 @@ import haiku as hk
 import jax
 import jax.numpy as jnp
 
+from randomized_pe import attention as attn_lib
 from randomized_pe import encodings as enc
 from randomized_pe import registry
-
-_MASKED = jnp.finfo(jnp.float32).min
-
 
 @dataclasses.dataclass(frozen=True)
 class EncoderConfig:
@@ -49,6 +47,9 @@ class EncoderConfig:
     learned_init_scale: std of the truncated-normal learned position table init
       (1.0 is Haiku's hk.Embed default, used by the release).
     compat: "paper" (default) or "release" (the original release's behaviour).
+    attention_chunk_rows: batch rows per attention chunk (see
+      `randomized_pe.attention`); None picks them for the backend (whole batch
+      on accelerators, cache-sized chunks on CPU). Changes speed, not results.
   """
 
   vocab_size: int
@@ -63,6 +64,7 @@ class EncoderConfig:
   max_timescale: float = enc.DEFAULT_MAX_TIMESCALE
   learned_init_scale: float = 1.0
   compat: str = "paper"
+  attention_chunk_rows: Optional[int] = None
 
   def __post_init__(self):
     registry.get(self.pe)  # Validates the name.
@@ -75,6 +77,8 @@ class EncoderConfig:
       )
     if self.d_model % 2 or (self.d_model // self.num_heads) % 2:
       raise ValueError("d_model and the head size must be even for sin/cos and RoPE")
+    if self.attention_chunk_rows is not None and self.attention_chunk_rows < 1:
+      raise ValueError(f"attention_chunk_rows must be >= 1 or None, got {self.attention_chunk_rows}")
     if not 0.0 <= self.dropout_rate < 1.0:
       raise ValueError(f"dropout_rate must be in [0, 1), got {self.dropout_rate}")
 
@@ -113,39 +117,45 @@ _ADDITIVE = {"sin_cos": _sin_cos_term, "learned": _learned_term}
 
 
 # --------------------------------------------------------------------------
-# Attention scorers: (q [B,T,H,D], k [B,T,H,D], positions, config) -> logits [B,H,T,T].
-# Every scorer returns logits already scaled by 1/sqrt(D) (ALiBi's bias is
-# added after the scaling, as in the release).
+# Attention scorers: (positions [T], config, query shape [B, Tq, H, D]) -> score_fn.
+# A scorer runs in the Haiku context (parameters, tables that do not depend on
+# the batch) and returns a pure score_fn(q, k) -> logits [b, H, Tq, T] that
+# `attention.attention` applies chunk by chunk. The queries are those of the
+# last Tq positions (Tq = T except in the last layer, see Encoder). Every
+# score_fn returns logits already scaled by 1/sqrt(D) (ALiBi's bias is added
+# after the scaling, as in the release).
 
 
-def _dot(q, k):
-  return jnp.einsum("bthd,bshd->bhts", q, k) / math.sqrt(q.shape[-1])
+def _plain_scorer(positions, config, shape):
+  del positions, config, shape
+  return attn_lib.dot_scores
 
 
-def _plain_scores(q, k, positions, config):
-  del positions, config
-  return _dot(q, k)
+def _rope_scorer(positions, config, shape):
+  query_positions = positions[positions.shape[0] - shape[1]:]
+
+  def score(q, k):
+    return attn_lib.dot_scores(enc.apply_rope(q, query_positions, config.max_timescale),
+                               enc.apply_rope(k, positions, config.max_timescale))
+
+  return score
 
 
-def _rope_scores(q, k, positions, config):
-  return _dot(
-      enc.apply_rope(q, positions, config.max_timescale),
-      enc.apply_rope(k, positions, config.max_timescale),
-  )
-
-
-def _alibi_scores(q, k, positions, config):
-  slopes = enc.alibi_slopes(config.num_heads)
+def _alibi_scorer(positions, config, shape):
+  slopes = enc.alibi_slopes(shape[2])
   if config.compat == "release":
     # Release item 5: the positions are an offset table |j - i| -> distance.
     bias = enc.alibi_bias_from_distances(enc.toeplitz(enc.signed_offsets(positions)), slopes)
   else:
     bias = enc.alibi_bias(positions, positions, slopes)
-  return _dot(q, k) + bias[None]
+  bias = bias[:, bias.shape[1] - shape[1]:]  # The last Tq query rows.
+  return lambda q, k: attn_lib.dot_scores(q, k) + bias[None]
 
 
-def _relative_scores(q, k, positions, config):
-  num_heads, head_size = q.shape[-2:]
+def _relative_scorer(positions, config, shape):
+  batch, num_queries, num_heads, head_size = shape
+  length = positions.shape[0]
+  first_query = length - num_queries
   normal = hk.initializers.RandomNormal(stddev=0.02)
   content_bias = hk.get_parameter("content_bias", [num_heads, head_size], init=normal)
   relative_bias = hk.get_parameter("relative_bias", [num_heads, head_size], init=normal)
@@ -154,7 +164,7 @@ def _relative_scores(q, k, positions, config):
       "relative_kernel", [rel_dim, num_heads * head_size],
       init=hk.initializers.VarianceScaling(1.0, "fan_in", "truncated_normal"),
   ).reshape(rel_dim, num_heads, head_size)
-  content = jnp.einsum("bthd,bshd->bhts", q + content_bias, k)
+  pairwise = enc.use_pairwise(batch, length, num_heads, head_size, rel_dim)
   if config.compat == "release":
     # Release item 5: positions are an offset table; the classic encoding uses
     # sinusoid(j - i) directly.
@@ -163,22 +173,50 @@ def _relative_scores(q, k, positions, config):
       offset_positions = enc.release_relative_positions(positions, config.max_position)
     else:
       offset_positions = enc.signed_offsets(positions)
-    rel = enc.relative_logits_toeplitz(
-        q + relative_bias, offset_positions, kernel, config.max_timescale
-    )
+    if pairwise:
+      table = enc.relative_key_table_toeplitz(
+          offset_positions, kernel, config.max_timescale)[first_query:]
+      relative = lambda q: enc.relative_logits_from_table(q, table)
+    else:
+      relative = lambda q: enc.relative_logits_toeplitz(
+          q, offset_positions, kernel, config.max_timescale)
+  elif pairwise:
+    table = enc.relative_key_table(  # Once per batch and layer.
+        positions, kernel, config.max_timescale, positions[first_query:])
+    relative = lambda q: enc.relative_logits_from_table(q, table)
   else:
-    rel = enc.relative_logits(q + relative_bias, positions, kernel, config.max_timescale)
-  return (content + rel) / math.sqrt(head_size)
+    relative = lambda q: enc.relative_logits(
+        q, positions, kernel, config.max_timescale, method="factorized",
+        query_positions=positions[first_query:])
+  scale = 1.0 / math.sqrt(head_size)
+
+  def score(q, k):
+    content = jnp.einsum("bthd,bshd->bhts", (q + content_bias) * scale, k)
+    return content + relative((q + relative_bias) * scale)
+
+  return score
 
 
 _SCORERS = {
-    "none": _plain_scores,
-    "sin_cos": _plain_scores,
-    "learned": _plain_scores,
-    "rope": _rope_scores,
-    "alibi": _alibi_scores,
-    "relative": _relative_scores,
+    "none": _plain_scorer,
+    "sin_cos": _plain_scorer,
+    "learned": _plain_scorer,
+    "rope": _rope_scorer,
+    "alibi": _alibi_scorer,
+    "relative": _relative_scorer,
 }
+
+
+class _Weight(hk.Module):
+  """The weight of a bias-free hk.Linear (same name, shape and initializer)."""
+
+  def __call__(self, input_size: int, output_size: int):
+    init = hk.initializers.TruncatedNormal(stddev=1.0 / math.sqrt(input_size))
+    return hk.get_parameter("w", [input_size, output_size], init=init)
+
+
+def _weight(name: str, input_size: int, output_size: int):
+  return _Weight(name=name)(input_size, output_size)
 
 
 class MultiHeadAttention(hk.Module):
@@ -188,36 +226,28 @@ class MultiHeadAttention(hk.Module):
     super().__init__(name=name)
     self._config = config
 
-  def __call__(self, x, positions, key_mask=None):
-    """x: [B, T, M]; positions: [T]; key_mask: optional bool [B, T] -> [B, T, M]."""
+  def __call__(self, x, positions, key_mask=None, num_queries=None):
+    """x: [B, T, M]; positions: [T]; key_mask: optional bool [B, T] -> [B, Tq, M].
+
+    num_queries: only the last Tq positions ask (default all T); all T answer.
+    """
     config = self._config
     batch, length, _ = x.shape
+    num_queries = length if num_queries is None else num_queries
     heads, head_size = config.num_heads, config.head_size
 
-    def project(name):
-      y = hk.Linear(heads * head_size, with_bias=False, name=name)(x)
-      return y.reshape(batch, length, heads, head_size)  # [B, T, H, D]
-
-    q, k, v = project("query"), project("key"), project("value")
-    logits = _SCORERS[config.encoding.family](q, k, positions, config)  # [B, H, T, T]
-    if key_mask is not None:
-      logits = jnp.where(key_mask[:, None, None, :], logits, _MASKED)
-    out = _softmax_attend(logits, v).reshape(batch, length, heads * head_size)
-    return hk.Linear(config.d_model, with_bias=False, name="output")(out)
-
-
-def _softmax_attend(logits, v):
-  """softmax(logits) @ v, normalised after the product.
-
-  Dividing the [B, T, H, D] result instead of the [B, H, T, T] weights gives the
-  same values (up to rounding) with one fewer pass over the largest tensor, in
-  the forward and the backward pass (about 30% of attention time on CPU).
-  """
-  shift = jax.lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True))
-  unnormalised = jnp.exp(logits - shift)  # [B, H, T, S]
-  total = jnp.sum(unnormalised, axis=-1)  # [B, H, T]
-  out = jnp.einsum("bhts,bshd->bthd", unnormalised, v)
-  return out / jnp.transpose(total, (0, 2, 1))[..., None]
+    size = heads * head_size
+    w_q, w_k, w_v = (_weight(name, x.shape[-1], size) for name in ("query", "key", "value"))
+    if num_queries == length:  # One product for the three projections.
+      q, k, v = jnp.split(x @ jnp.concatenate([w_q, w_k, w_v], axis=1), 3, axis=-1)
+    else:
+      q = x[:, length - num_queries:] @ w_q
+      k, v = jnp.split(x @ jnp.concatenate([w_k, w_v], axis=1), 2, axis=-1)
+    q, k, v = (y.reshape(batch, y.shape[1], heads, head_size) for y in (q, k, v))  # [B, T, H, D]
+    score = _SCORERS[config.encoding.family](positions, config, q.shape)
+    out = attn_lib.attention(q, k, v, score, key_mask, chunk_rows=config.attention_chunk_rows)
+    return hk.Linear(config.d_model, with_bias=False, name="output")(
+        out.reshape(batch, num_queries, heads * head_size))
 
 
 def _layer_norm(x, name):
@@ -250,8 +280,9 @@ class Encoder(hk.Module):
         f"compat={config.compat!r}; got {positions.shape}"
     )
 
-  def __call__(self, tokens, positions=None, is_training: bool = False, key_mask=None):
-    """Logits for every position.
+  def __call__(self, tokens, positions=None, is_training: bool = False, key_mask=None,
+               num_outputs: Optional[int] = None):
+    """Logits for every position, or for the last `num_outputs`.
 
     Args:
       tokens: int [B, T] token ids in [0, vocab_size).
@@ -260,9 +291,13 @@ class Encoder(hk.Module):
       is_training: enables dropout (compat="release" keeps it on regardless).
       key_mask: optional bool [B, T]; False keys are ignored by attention
         (padding).
+      num_outputs: only the logits of the last `num_outputs` positions (where
+        the tasks put their answers). The last layer then computes queries,
+        feed-forward and logits for those positions only: the same values as
+        slicing the full output, for less work.
 
     Returns:
-      float32 [B, T, O].
+      float32 [B, T, O], or [B, num_outputs, O].
     """
     config = self._config
     chex.assert_rank(tokens, 2)
@@ -288,10 +323,16 @@ class Encoder(hk.Module):
     if additive is not None or not release:
       h = dropout(h)
 
+    if num_outputs is not None and not 1 <= num_outputs <= length:
+      raise ValueError(f"num_outputs must be in [1, {length}], got {num_outputs}")
     for layer in range(config.num_layers):
+      # Nothing after the last layer mixes positions: it needs only the outputs.
+      queries = num_outputs if layer == config.num_layers - 1 else None
       attn = MultiHeadAttention(config, name=f"attention_{layer}")(
-          h, layer_positions[layer], key_mask
+          h, layer_positions[layer], key_mask, queries
       )
+      if queries is not None:
+        h = h[:, length - queries:]
       h = _layer_norm(h + dropout(attn), name=f"attention_norm_{layer}")
       ff = hk.Linear(config.widening_factor * config.d_model, name=f"ffn_in_{layer}")(h)
       ff = hk.Linear(config.d_model, name=f"ffn_out_{layer}")(jax.nn.relu(ff))
@@ -302,15 +343,16 @@ class Encoder(hk.Module):
 def make_encoder(config: EncoderConfig, output_size: int) -> hk.Transformed:
   """Returns hk.transform of the encoder.
 
-  `init(rng, tokens, positions=None, is_training=False, key_mask=None)` and
-  `apply(params, rng, tokens, positions=None, is_training=False, key_mask=None)`
-  -> logits [B, T, output_size]. `rng` may be None when no dropout runs (paper
+  `init(rng, tokens, positions=None, is_training=False, key_mask=None, num_outputs=None)`
+  and `apply(params, rng, tokens, positions=None, is_training=False, key_mask=None,
+  num_outputs=None)` -> logits [B, T, output_size] ([B, num_outputs, output_size]). `rng` may be None when no dropout runs (paper
   mode with is_training=False).
   """
   if output_size < 1:
     raise ValueError(f"output_size must be >= 1, got {output_size}")
 
-  def forward(tokens, positions=None, is_training=False, key_mask=None):
-    return Encoder(config, output_size, name="encoder")(tokens, positions, is_training, key_mask)
+  def forward(tokens, positions=None, is_training=False, key_mask=None, num_outputs=None):
+    return Encoder(config, output_size, name="encoder")(
+        tokens, positions, is_training, key_mask, num_outputs)
 
   return hk.transform(forward)

@@ -119,7 +119,7 @@ def test_release_randomized_relative_scorer_uses_the_clamped_lookup():
   zeros = jnp.zeros((1, 6, config.num_heads, config.head_size))
 
   def scores(cfg, positions):
-    fn = hk.transform(lambda: model_lib._SCORERS["relative"](zeros, zeros, positions, cfg))
+    fn = hk.transform(lambda: model_lib._SCORERS["relative"](positions, cfg, zeros.shape)(zeros, zeros))
     return np.asarray(fn.apply(fn.init(jax.random.PRNGKey(1)), None))[0]  # [H, T, T]
 
   release = scores(config, config.sample_positions(jax.random.PRNGKey(6), 6)[0])
@@ -175,3 +175,50 @@ def test_config_errors_list_valid_choices():
     rpe.EncoderConfig(vocab_size=3, compat="both")
   with pytest.raises(ValueError, match="divisible"):
     rpe.EncoderConfig(vocab_size=3, d_model=30, num_heads=4)
+
+
+@pytest.mark.parametrize("pe,compat", [
+    ("sin_cos", "paper"), ("randomized_relative", "paper"), ("randomized_relative", "release"),
+    ("relative", "release"), ("randomized_rope", "paper"), ("randomized_alibi", "paper"),
+    ("randomized_alibi", "release"), ("randomized_learned", "paper"),
+])
+@pytest.mark.parametrize("pairwise", [True, False])
+def test_num_outputs_equals_slicing_the_full_output(pe, compat, pairwise, monkeypatch):
+  # The last layer computes only the last positions' queries: same values.
+  # pairwise=False forces the relative encodings' table-free paths.
+  if not pairwise:
+    monkeypatch.setattr(model_lib.enc, "PAIRWISE_MAX_ELEMENTS", 0)
+  config = rpe.EncoderConfig(vocab_size=5, pe=pe, compat=compat, dropout_rate=0.0, **TINY)
+  model, params, tokens = _init(config, length=7)
+  positions = config.sample_positions(jax.random.PRNGKey(5), 7)
+  full = model.apply(params, None, tokens, positions)
+  for n in (1, 3, 7):
+    got = model.apply(params, None, tokens, positions, num_outputs=n)
+    assert got.shape == (2, n, 3)
+    np.testing.assert_allclose(got, full[:, 7 - n:], atol=1e-5)
+  with pytest.raises(ValueError, match=r"num_outputs must be in \[1, 7\]"):
+    model.apply(params, None, tokens, positions, num_outputs=8)
+
+
+@pytest.mark.parametrize("pe", ["randomized_relative", "randomized_rope", "sin_cos"])
+def test_attention_chunks_change_nothing(pe):
+  # One batch row per attention chunk against the whole batch at once:
+  # the same logits and the same parameter gradients.
+  whole = rpe.EncoderConfig(vocab_size=5, pe=pe, dropout_rate=0.0, **TINY)
+  chunked = dataclasses.replace(whole, attention_chunk_rows=1)
+  model, params, _ = _init(whole, length=6)
+  tokens = jax.random.randint(jax.random.PRNGKey(7), (3, 6), 0, 5)
+  positions = whole.sample_positions(jax.random.PRNGKey(8), 6)
+  target = jax.random.normal(jax.random.PRNGKey(9), (3, 6, 3))
+
+  def loss(params, config):
+    return jnp.vdot(rpe.make_encoder(config, 3).apply(params, None, tokens, positions), target)
+
+  np.testing.assert_allclose(rpe.make_encoder(chunked, 3).apply(params, None, tokens, positions),
+                             model.apply(params, None, tokens, positions), atol=1e-5)
+  grads_whole = jax.grad(loss)(params, whole)
+  grads_chunked = jax.grad(loss)(params, chunked)
+  for a, b in zip(jax.tree_util.tree_leaves(grads_whole), jax.tree_util.tree_leaves(grads_chunked)):
+    np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-5)  # Gradients reach ~100.
+  with pytest.raises(ValueError, match="attention_chunk_rows must be >= 1"):
+    dataclasses.replace(whole, attention_chunk_rows=0)
