@@ -17,8 +17,8 @@ setuptools.setup(
     python_requires=">=3.10",
     packages=["randomized_pe"],
     install_requires=[
-        "jax>=0.5,<0.11",
-        "jaxlib>=0.5,<0.11",
+        "jax>=0.4.30,<0.11",
+        "jaxlib>=0.4.30,<0.11",
         "dm-haiku>=0.0.13,<0.1",
         "optax>=0.2.5,<0.3",
         "numpy>=1.26,<3",

@@ -16,8 +16,8 @@ Sections:
   attention: one layer's attention (forward + backward) over the whole batch
          against cache-sized chunks (randomized_pe.attention), T = 20, 40, 80.
 
-Training runs as experiments.train does: on a CPU the host is split into one
-XLA device per core (--cpu_devices) and the batch is split over them.
+Training times the training loop's own step (experiments.training.make_grid_step
+with one model, the batch split over devices when there are several).
 
 Prints Markdown tables; `--output=FILE.json` also writes the raw numbers.
 """
@@ -42,9 +42,7 @@ _ENCODINGS = flags.DEFINE_list(
 _STEPS = flags.DEFINE_integer("steps", 200, "Timed training steps per encoding (train).")
 _MAX_TRAIN_LENGTH = flags.DEFINE_integer("max_train_length", 40, "Training lengths 1..N.")
 _GRID_LENGTH = flags.DEFINE_integer("grid_length", 20, "Input length of the grid benchmark.")
-_CPU_DEVICES = flags.DEFINE_integer(
-    "cpu_devices", 0, "XLA devices on the host CPU, as in experiments.train "
-    "(0: one per core, at most 8).")
+
 
 # The release's numbers on the same 2-core CPU (DESIGN.md section 7 and issue 3),
 # in ms per batch at 128 x 40 and 500 x 500.
@@ -112,8 +110,7 @@ def bench_train(repeats: int) -> dict:
   lengths = range(1, _MAX_TRAIN_LENGTH.value + 1)
   results = {"device": jax.devices()[0].device_kind, "backend": jax.default_backend(),
              "devices": jax.device_count(), "train": {}}
-  print(f"device: {jax.device_count()} x {jax.devices()[0].device_kind} (training splits the "
-        f"batch over them; --cpu_devices sets how many on a CPU)\n")
+  print(f"device: {jax.device_count()} x {jax.devices()[0].device_kind}\n")
   runs = [(pe, "paper") for pe in _ENCODINGS.value]
   if "randomized_relative" in _ENCODINGS.value:
     runs.append(("randomized_relative", "release"))  # The release's own computation.
@@ -303,8 +300,6 @@ def main(argv):
   unknown = [s for s in _SECTIONS.value if s not in SECTIONS]
   if unknown:
     raise app.UsageError(f"unknown sections {unknown}; valid: {', '.join(SECTIONS)}")
-  from experiments import training  # pylint: disable=import-outside-toplevel
-  training.use_cpu_devices(training.cpu_device_count(_CPU_DEVICES.value, 128))
   results = {}
   for section in _SECTIONS.value:
     print(f"\n## {section}\n")

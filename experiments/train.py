@@ -24,9 +24,6 @@ _TASK = flags.DEFINE_string("task", None, "Task name (overrides config.task).")
 _PE = flags.DEFINE_string("pe", None, "Positional encoding (overrides config.model.pe).")
 _WORKDIR = flags.DEFINE_string("workdir", None,
                                "Output folder (default: runs/TASK-PE-seedSEED).")
-_CPU_DEVICES = flags.DEFINE_integer(
-    "cpu_devices", 0, "XLA devices on the host CPU, the batch split over them; "
-    "0: one per core (at most 8, dividing the batch). Ignored on accelerators.")
 
 
 def main(argv):
@@ -42,11 +39,6 @@ def main(argv):
     config.task = _TASK.value
   if _PE.value is not None:
     config.model.pe = _PE.value
-  if _CPU_DEVICES.value < 0:
-    print(f"error: --cpu_devices must be >= 0, got {_CPU_DEVICES.value}", file=sys.stderr)
-    sys.exit(2)
-  training.use_cpu_devices(
-      training.cpu_device_count(_CPU_DEVICES.value, config.training.batch_size))
   try:
     training.validate(config, jax.device_count())
   except ValueError as e:

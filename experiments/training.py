@@ -37,40 +37,6 @@ from experiments import io_utils
 _PARAMS, _MODEL, _DATA = 0x706172, 0x6D6F64, 0x646174
 
 
-MAX_CPU_DEVICES = 8
-
-
-def cpu_device_count(requested: int, batch_size: int, cores: int | None = None) -> int:
-  """XLA devices to expose on the host CPU: `requested`, or (requested < 1) one per core.
-
-  The automatic count is at most MAX_CPU_DEVICES and divides the batch, so the
-  batch splits evenly (data parallel, see `train_and_evaluate`).
-  """
-  if requested >= 1:
-    return requested
-  cores = cores or os.cpu_count() or 1
-  return max(d for d in range(1, min(cores, MAX_CPU_DEVICES) + 1) if batch_size % d == 0)
-
-
-def use_cpu_devices(count: int) -> int:
-  """Exposes `count` XLA devices on the host CPU; returns the count in force.
-
-  Must run before JAX starts its backends. On a 2-core CPU, 2 devices each
-  running half the batch trained the paper's model 1.1-1.2x faster than one
-  device using both cores (`python -m experiments.benchmark --sections=train`),
-  with the same update up to float rounding. A count already set through
-  XLA_FLAGS (--xla_force_host_platform_device_count) wins. Accelerators are
-  unaffected.
-  """
-  if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
-    return len(jax.devices("cpu"))
-  try:
-    jax.config.update("jax_num_cpu_devices", count)
-  except RuntimeError:  # Backends already started: keep what they have.
-    pass
-  return len(jax.devices("cpu"))
-
-
 class TrainState(NamedTuple):
   params: Any
   opt_state: Any

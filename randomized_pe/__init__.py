@@ -1,12 +1,14 @@
 """Randomized positional encodings for length generalization (Ruoss et al., ACL 2023).
 
 The pure core has no Haiku: `randomized_pe.positions` (samplers),
-`randomized_pe.encodings` (encodings as jax.numpy functions) and
-`randomized_pe.registry` (encodings by name). The Haiku encoder lives in
+`randomized_pe.encodings` (encodings as jax.numpy functions),
+`randomized_pe.registry` (encodings by name) and `randomized_pe.attention`
+(softmax attention over the batch in cache-sized chunks). The Haiku encoder lives in
 `randomized_pe.model`; `EncoderConfig` and `make_encoder` are loaded from it on
 first use, so that Flax or Equinox users never import Haiku.
 """
 
+from randomized_pe import attention
 from randomized_pe import encodings
 from randomized_pe import positions
 from randomized_pe import registry
@@ -24,4 +26,4 @@ def __getattr__(name):
   raise AttributeError(f"module 'randomized_pe' has no attribute {name!r}")
 
 
-__all__ = ["encodings", "positions", "registry", "get_encoding", *_MODEL_NAMES]
+__all__ = ["attention", "encodings", "positions", "registry", "get_encoding", *_MODEL_NAMES]

@@ -315,7 +315,8 @@ class Encoder(hk.Module):
         config.vocab_size, config.d_model,
         w_init=hk.initializers.TruncatedNormal(config.emb_init_scale), name="embed",
     )
-    h = embed(tokens) * math.sqrt(config.d_model)  # [B, T, M]
+    # Scaling the [V, M] table rather than the [B, T, M] lookup: the same values.
+    h = jnp.asarray(embed.embeddings * math.sqrt(config.d_model))[(tokens,)]  # [B, T, M]
     additive = _ADDITIVE.get(family)
     if additive is not None:
       h = h + additive(embedding_positions, config)[None]

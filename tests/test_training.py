@@ -227,12 +227,3 @@ def test_bad_input_exits_2_with_one_line_and_no_files(tmp_path, args, message):
   assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], out.stderr
   assert not workdir.exists()
 
-
-def test_cpu_device_count():
-  # One device per core, at most MAX_CPU_DEVICES, always dividing the batch.
-  assert training.cpu_device_count(0, 128, cores=2) == 2
-  assert training.cpu_device_count(0, 128, cores=1) == 1
-  assert training.cpu_device_count(0, 128, cores=64) == training.MAX_CPU_DEVICES
-  assert training.cpu_device_count(0, 6, cores=4) == 3
-  assert training.cpu_device_count(0, 7, cores=4) == 1
-  assert training.cpu_device_count(3, 128, cores=2) == 3  # An explicit count is kept.
