@@ -101,25 +101,25 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, score_fn: ScoreFn = dot_
     raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
 
   def one(args):
-    cq, ck, cv, cmask = args
-    return softmax_attend(score_fn(cq, ck), cv, cmask)
+    cq, ck, cv, *cmask = args
+    return softmax_attend(score_fn(cq, ck), cv, cmask[0] if cmask else None)
 
+  inputs = (q, k, v) if key_mask is None else (q, k, v, key_mask)
   if chunk_rows >= batch:
-    return one((q, k, v, key_mask))
+    return one(inputs)
 
   num_chunks = -(-batch // chunk_rows)
   padded = num_chunks * chunk_rows
-  if key_mask is None:
-    key_mask = jnp.ones((batch, k.shape[1]), bool)
 
   def split(x):
     # Row b goes to chunk b % num_chunks: a batch split over devices stays split
     # along the rows of every chunk, and the loop runs over an unsplit axis.
+    # Padding rows are rows of their own (ones, all keys visible), later dropped.
     if padded != batch:
       x = jnp.pad(x, [(0, padded - batch)] + [(0, 0)] * (x.ndim - 1), constant_values=1)
     return jnp.swapaxes(x.reshape(chunk_rows, num_chunks, *x.shape[1:]), 0, 1)
 
   body = jax.checkpoint(one, prevent_cse=False)  # Recompute, do not store, in the backward.
-  out = jax.lax.map(body, (split(q), split(k), split(v), split(key_mask)))
+  out = jax.lax.map(body, tuple(split(x) for x in inputs))
   out = jnp.swapaxes(out, 0, 1).reshape(padded, q_len, heads, head_size)
   return out[:batch]
