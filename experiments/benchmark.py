@@ -128,7 +128,7 @@ def bench_train(repeats: int) -> dict:
     members = training.grid_members(config)
     state = training.init_grid(model, config, members)
     seeds = jnp.array([m[0] for m in members], jnp.int32)
-    state_sharding, seeds_sharding, batch_sharding = training._mesh_shardings(  # pylint: disable=protected-access
+    state_sharding, seeds_sharding, batch_sharding = training.mesh_shardings(
         jax.devices(), len(members))
     if state_sharding is not None:
       state = jax.device_put(state, state_sharding)
@@ -267,18 +267,17 @@ def bench_attention(repeats: int) -> dict:
     kernel = jax.random.normal(keys[4], (heads * head_size, heads, head_size)) * 0.1
     pos = positions.randomized(jax.random.PRNGKey(0), length, 2048)
 
-    def relative(q, k, kernel):
+    def relative(kernel):
       table = encodings.relative_key_table(pos, kernel)
       return lambda cq, ck: attention.dot_scores(cq, ck) + encodings.relative_logits_from_table(
           cq * (1.0 / head_size**0.5), table)
 
     rows = attention.default_chunk_rows(batch, heads, length, length, backend="cpu")
-    for name, scorer in (("dot", lambda q, k, w: attention.dot_scores),
-                         ("relative", relative)):
+    for name, scorer in (("dot", lambda kernel: attention.dot_scores), ("relative", relative)):
       times = []
       for chunk in ((batch, rows) if rows < batch else (batch,)):
         def loss(q, k, v, w, chunk=chunk, scorer=scorer):
-          out = attention.attention(q, k, v, scorer(q, k, w), chunk_rows=chunk)
+          out = attention.attention(q, k, v, scorer(w), chunk_rows=chunk)
           return jnp.vdot(out, cot)
         grad = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))
         times.append(_median_ms(lambda i, g=grad: jax.block_until_ready(g(q, k, v, kernel)),

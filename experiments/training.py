@@ -253,7 +253,7 @@ def _config_without_steps(config_dict: dict) -> dict:
   return d
 
 
-def _mesh_shardings(devices, num_models: int):
+def mesh_shardings(devices, num_models: int):
   """(state, seeds, batch) shardings: models split over devices when they divide evenly,
   otherwise the batch (data parallel); None on one device."""
   if len(devices) == 1:
@@ -295,7 +295,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   os.makedirs(workdir, exist_ok=True)
   io_utils.write_json(config_path, config_dict)
 
-  state_sharding, seeds_sharding, batch_sharding = _mesh_shardings(devices, num_models)
+  state_sharding, seeds_sharding, batch_sharding = mesh_shardings(devices, num_models)
   state = init_grid(model, config, members)
   seeds = jnp.array([s for s, _ in members], jnp.int32)
   manager = ocp.CheckpointManager(

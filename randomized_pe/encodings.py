@@ -173,10 +173,21 @@ def signed_offsets(offset_table) -> jax.Array:
 
 def toeplitz(values_by_offset) -> jax.Array:
   """[2T - 1] values indexed by offset d = j - i (at d + T - 1) -> [..., T, T] matrix."""
-  num_offsets = values_by_offset.shape[-1]
+  return values_by_offset[..., _offset_index(values_by_offset.shape[-1])]
+
+
+def _offset_index(num_offsets: int, num_queries=None):
+  """[Tq, T] index d + T - 1 of offset d = j - i for the last Tq (default all) of T queries."""
   length = (num_offsets + 1) // 2
-  index = jnp.arange(length)[None, :] - jnp.arange(length)[:, None] + length - 1
-  return values_by_offset[..., index]
+  num_queries = length if num_queries is None else num_queries
+  rows = jnp.arange(length - num_queries, length)
+  return jnp.arange(length)[None, :] - rows[:, None] + length - 1
+
+
+def _offset_keys(offset_positions, kernel, max_timescale) -> jax.Array:
+  """Projected sinusoid of every offset's position: [2T - 1, H, D]."""
+  return jnp.einsum(
+      "or,rhd->ohd", sinusoid(offset_positions, kernel.shape[0], max_timescale), kernel)
 
 
 RELATIVE_METHODS = ("auto", "factorized", "pairwise")
@@ -207,25 +218,16 @@ def relative_key_table(positions, kernel: jax.Array,
 
 
 def relative_key_table_toeplitz(offset_positions, kernel: jax.Array,
-                                max_timescale: float = DEFAULT_MAX_TIMESCALE) -> jax.Array:
-  """Like `relative_key_table` when the encoding depends only on j - i: float32[T, T, H, D].
+                                max_timescale: float = DEFAULT_MAX_TIMESCALE,
+                                num_queries=None) -> jax.Array:
+  """Like `relative_key_table` when the encoding depends only on j - i: float32[Tq, T, H, D].
 
   table[i, j, h] = W_h^T sinusoid(offset_positions[j - i + T - 1]); see
-  `relative_logits_toeplitz` for the meaning of offset_positions. Slice rows
-  [T - Tq:] for the last Tq queries.
+  `relative_logits_toeplitz` for the meaning of offset_positions. With
+  num_queries, only the rows of the last Tq queries.
   """
-  rel_keys = jnp.einsum(
-      "or,rhd->ohd", sinusoid(offset_positions, kernel.shape[0], max_timescale), kernel
-  )  # [2T-1, H, D]
-  return rel_keys[_offset_index(rel_keys.shape[0], None)]
-
-
-def _offset_index(num_offsets: int, num_queries):
-  """[Tq, T] index d + T - 1 of offset d = j - i for the last Tq of T queries."""
-  length = (num_offsets + 1) // 2
-  num_queries = length if num_queries is None else num_queries
-  rows = jnp.arange(length - num_queries, length)
-  return jnp.arange(length)[None, :] - rows[:, None] + length - 1
+  rel_keys = _offset_keys(offset_positions, kernel, max_timescale)  # [2T-1, H, D]
+  return rel_keys[_offset_index(rel_keys.shape[0], num_queries)]
 
 
 def relative_logits_from_table(queries: jax.Array, table: jax.Array) -> jax.Array:
@@ -322,9 +324,7 @@ def relative_logits_toeplitz(
   Returns:
     float32[B, H, Tq, T].
   """
-  rel_keys = jnp.einsum(
-      "or,rhd->ohd", sinusoid(offset_positions, kernel.shape[0], max_timescale), kernel
-  )  # [2T-1, H, D]
+  rel_keys = _offset_keys(offset_positions, kernel, max_timescale)  # [2T-1, H, D]
   per_offset = jnp.einsum("bthd,ohd->bhto", queries, rel_keys)  # [B, H, Tq, 2T-1]
   index = _offset_index(rel_keys.shape[0], queries.shape[1])  # [Tq, T]
   return jnp.take_along_axis(per_offset, index[None, None], axis=-1)

@@ -175,7 +175,7 @@ def _relative_scorer(positions, config, shape):
       offset_positions = enc.signed_offsets(positions)
     if pairwise:
       table = enc.relative_key_table_toeplitz(
-          offset_positions, kernel, config.max_timescale)[first_query:]
+          offset_positions, kernel, config.max_timescale, num_queries)
       relative = lambda q: enc.relative_logits_from_table(q, table)
     else:
       relative = lambda q: enc.relative_logits_toeplitz(
@@ -215,10 +215,6 @@ class _Weight(hk.Module):
     return hk.get_parameter("w", [input_size, output_size], init=init)
 
 
-def _weight(name: str, input_size: int, output_size: int):
-  return _Weight(name=name)(input_size, output_size)
-
-
 class MultiHeadAttention(hk.Module):
   """Multi-head self-attention whose logits come from the encoding's scorer."""
 
@@ -237,7 +233,7 @@ class MultiHeadAttention(hk.Module):
     heads, head_size = config.num_heads, config.head_size
 
     size = heads * head_size
-    w_q, w_k, w_v = (_weight(name, x.shape[-1], size) for name in ("query", "key", "value"))
+    w_q, w_k, w_v = (_Weight(name=name)(x.shape[-1], size) for name in ("query", "key", "value"))
     if num_queries == length:  # One product for the three projections.
       q, k, v = jnp.split(x @ jnp.concatenate([w_q, w_k, w_v], axis=1), 3, axis=-1)
     else:
