@@ -17,7 +17,10 @@ Sections:
          against cache-sized chunks (randomized_pe.attention), T = 20, 40, 80.
 
 Training times the training loop's own step (experiments.training.make_grid_step
-with one model, the batch split over devices when there are several).
+with one model, the batch split over devices when there are several). Like
+`experiments.train`, the benchmark restarts itself with glibc's huge-page malloc
+where that applies (experiments/runtime.py); it prints the GLIBC_TUNABLES it
+ran with. RANDOMIZED_PE_MALLOC_TUNING=0 measures without it.
 
 Prints Markdown tables; `--output=FILE.json` also writes the raw numbers.
 """
@@ -302,7 +305,10 @@ def main(argv):
   unknown = [s for s in _SECTIONS.value if s not in SECTIONS]
   if unknown:
     raise app.UsageError(f"unknown sections {unknown}; valid: {', '.join(SECTIONS)}")
-  results = {}
+  import os  # pylint: disable=import-outside-toplevel
+  tunables = os.environ.get("GLIBC_TUNABLES", "")
+  print(f"GLIBC_TUNABLES={tunables or '(unset)'} (see experiments/runtime.py)")
+  results = {"glibc_tunables": tunables}
   for section in _SECTIONS.value:
     print(f"\n## {section}\n")
     results[section] = SECTIONS[section](_REPEATS.value)
@@ -312,4 +318,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  from experiments import runtime  # pylint: disable=ungrouped-imports
+  runtime.maybe_reexec()  # Huge-page malloc for XLA CPU; see experiments/runtime.py.
   app.run(main)

@@ -227,6 +227,8 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  from experiments import runtime  # pylint: disable=ungrouped-imports
+  runtime.maybe_reexec()  # Huge-page malloc for XLA CPU; see experiments/runtime.py.
   from absl import app, flags  # pylint: disable=ungrouped-imports
   from ml_collections import config_flags
 

@@ -59,4 +59,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  from experiments import runtime  # pylint: disable=ungrouped-imports
+  runtime.maybe_reexec()  # Huge-page malloc for XLA CPU; see experiments/runtime.py.
   app.run(main)
