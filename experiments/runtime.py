@@ -6,7 +6,7 @@ sequence length 72). glibc serves an allocation that large with a new mmap, so
 every step touches fresh 4 KiB pages: about 80,000 page faults and 70-140 ms of
 kernel time per step on a 2-core CPU. glibc's `glibc.malloc.hugetlb=1` tunable
 makes malloc back such mappings with transparent huge pages (2 MiB), which cut
-the faults about 90-fold and made training steps about 15-20% faster here
+the faults about 75-fold and made training 11-28% faster here
 (`python -m experiments.benchmark --sections=train`).
 
 glibc reads tunables only when a process starts, so `maybe_reexec()` restarts
