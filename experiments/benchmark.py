@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import statistics
 import time
 
@@ -305,7 +306,6 @@ def main(argv):
   unknown = [s for s in _SECTIONS.value if s not in SECTIONS]
   if unknown:
     raise app.UsageError(f"unknown sections {unknown}; valid: {', '.join(SECTIONS)}")
-  import os  # pylint: disable=import-outside-toplevel
   tunables = os.environ.get("GLIBC_TUNABLES", "")
   print(f"GLIBC_TUNABLES={tunables or '(unset)'} (see experiments/runtime.py)")
   results = {"glibc_tunables": tunables}

@@ -80,13 +80,18 @@ def tuned_environment(environ: Mapping[str, str], system: str,
   return env
 
 
+def tuned_environment_here(environ: Mapping[str, str]) -> Optional[dict]:
+  """`tuned_environment` for this machine's system, C library and THP mode."""
+  return tuned_environment(environ, platform.system(), _glibc_version(), _thp_mode())
+
+
 def maybe_reexec() -> None:
   """Restarts this process with `glibc.malloc.hugetlb=1` where that applies (see module doc).
 
   Call it first thing in an entry point's `if __name__ == "__main__":` block,
   before JAX starts. Returns normally when no restart is needed.
   """
-  env = tuned_environment(os.environ, platform.system(), _glibc_version(), _thp_mode())
+  env = tuned_environment_here(os.environ)
   if env is None:
     return
   sys.stdout.flush()

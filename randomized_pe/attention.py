@@ -8,8 +8,10 @@ backward make over them (logits, exp, sum, the two products, the softmax
 gradient) goes to memory. `attention` runs the batch in chunks of rows whose
 logits fit in cache, and recomputes a chunk's forward in the backward pass
 (`jax.checkpoint`) instead of storing its [b, H, T, S] tensors. The result is
-exactly the same function; on a 2-core CPU the attention of the paper's model
-(fwd + bwd) ran 2-3x faster (`python -m experiments.benchmark --sections=attention`).
+exactly the same function; on a 2-core CPU one layer of the paper's model
+(fwd + bwd, batch 128, T = 80) ran 1.6x faster, 2.5-3x when every step's
+buffers were freshly page-faulted (`python -m experiments.benchmark
+--sections=attention`; see experiments/runtime.py).
 Accelerators get the whole batch in one piece by default.
 
 The logits come from a `score_fn(q, k) -> [b, H, T, S]` that is applied chunk by

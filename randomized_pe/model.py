@@ -342,8 +342,8 @@ def make_encoder(config: EncoderConfig, output_size: int) -> hk.Transformed:
 
   `init(rng, tokens, positions=None, is_training=False, key_mask=None, num_outputs=None)`
   and `apply(params, rng, tokens, positions=None, is_training=False, key_mask=None,
-  num_outputs=None)` -> logits [B, T, output_size] ([B, num_outputs, output_size]). `rng` may be None when no dropout runs (paper
-  mode with is_training=False).
+  num_outputs=None)` -> logits [B, T, output_size] ([B, num_outputs, output_size]).
+  `rng` may be None when no dropout runs (paper mode with is_training=False).
   """
   if output_size < 1:
     raise ValueError(f"output_size must be >= 1, got {output_size}")

@@ -119,7 +119,8 @@ def test_release_randomized_relative_scorer_uses_the_clamped_lookup():
   zeros = jnp.zeros((1, 6, config.num_heads, config.head_size))
 
   def scores(cfg, positions):
-    fn = hk.transform(lambda: model_lib._SCORERS["relative"](positions, cfg, zeros.shape)(zeros, zeros))
+    fn = hk.transform(
+        lambda: model_lib._SCORERS["relative"](positions, cfg, zeros.shape)(zeros, zeros))
     return np.asarray(fn.apply(fn.init(jax.random.PRNGKey(1)), None))[0]  # [H, T, T]
 
   release = scores(config, config.sample_positions(jax.random.PRNGKey(6), 6)[0])

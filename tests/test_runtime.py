@@ -1,6 +1,5 @@
 """The entry points' restart with glibc's huge-page malloc (experiments/runtime.py)."""
 import os
-import platform
 import subprocess
 import sys
 
@@ -53,8 +52,7 @@ def test_restart_keeps_arguments_and_sets_the_tunable(opt_out):
           "print(repr(sys.argv[1:]), os.environ.get('GLIBC_TUNABLES', ''))\n")
   out = subprocess.run([sys.executable, "-c", code, "a b", "--flag=1"], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=60, check=True)
-  applies = runtime.tuned_environment(env, platform.system(), runtime._glibc_version(),  # pylint: disable=protected-access
-                                      runtime._thp_mode()) is not None  # pylint: disable=protected-access
+  applies = runtime.tuned_environment_here(env) is not None
   expected = "glibc.malloc.hugetlb=1" if applies else ""
   assert out.stdout.strip() == f"['a b', '--flag=1'] {expected}".strip()
   if opt_out is not None:
