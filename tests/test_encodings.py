@@ -25,6 +25,38 @@ def test_sinusoid_closed_form(positions):
   np.testing.assert_allclose(got, want, atol=2e-4)
 
 
+def _sinusoid_float64(positions, dim, timescale=10_000.0):
+  """The release's table: float64 products, sin and cos, then (here) no cast."""
+  angles = np.asarray(positions, np.float64)[:, None] * timescale ** -(np.arange(0, dim, 2) / dim)
+  return np.concatenate([np.sin(angles), np.cos(angles)], axis=-1)
+
+
+@pytest.mark.parametrize("dim,timescale", [(64, 10_000.0), (6, 10.0)])
+def test_sinusoid_accurate_at_integer_positions_up_to_65535(dim, timescale):
+  # A float32 product p * w is off by up to 7e-5 near p = 2048 (far more at 65535).
+  positions = np.concatenate([np.arange(0, 65_536), -np.arange(1, 4096)]).astype(np.int32)
+  got = np.asarray(jax.jit(lambda p: enc.sinusoid(p, dim, timescale))(positions))
+  assert np.max(np.abs(got - _sinusoid_float64(positions, dim, timescale))) <= 2e-6
+  # The naive float32 product really is worse: the test can tell them apart.
+  naive = positions[:, None].astype(np.float32) * enc.inverse_frequencies(dim, timescale)
+  naive = np.concatenate([np.sin(naive), np.cos(naive)], axis=-1)
+  assert np.max(np.abs(naive - _sinusoid_float64(positions, dim, timescale))) > 2e-5
+
+
+def test_sinusoid_accurate_at_float_positions_and_in_rope():
+  rng = np.random.default_rng(0)
+  positions = rng.uniform(-5_000, 65_000, 4096).astype(np.float32)
+  got = np.asarray(enc.sinusoid(jnp.asarray(positions), 32))
+  assert np.max(np.abs(got - _sinusoid_float64(positions, 32))) <= 2e-6
+  # RoPE rotates by the same accurate angles: pair (0, 1) of a unit vector.
+  x = jnp.zeros((1, 3, 1, 4)).at[..., 0].set(1.0)
+  p = jnp.array([2047, 40_000, 65_535], jnp.int32)
+  rotated = np.asarray(enc.apply_rope(x, p))[0, :, 0]
+  want = _sinusoid_float64(np.asarray(p), 4)
+  np.testing.assert_allclose(rotated[:, 0], want[:, 2], atol=2e-6)  # cos(p w_0)
+  np.testing.assert_allclose(rotated[:, 1], want[:, 0], atol=2e-6)  # sin(p w_0)
+
+
 def test_sinusoid_per_axis_splits_features_by_axis():
   grid = jnp.array([[r, c] for r in range(4) for c in range(4)])  # A 4x4 grid, k=2.
   got = enc.sinusoid(grid, 16, per_axis=True)
