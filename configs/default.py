@@ -1,4 +1,4 @@
-"""The paper's settings (Ruoss et al. 2023, Appendix A; DESIGN.md section 5).
+"""The paper's settings (Ruoss et al. 2023, Appendix A).
 
   python -m experiments.train --task=reverse_string --pe=randomized_relative \
       --config=configs/default.py --workdir=runs/reverse_rr
@@ -16,6 +16,9 @@ def get_config(arg=None):
   config.data_seed = -1  # Training batches; -1: same as seed.
 
   config.model = ml_collections.ConfigDict()
+  config.model.name = "encoder"  # randomized_pe.models.names().
+  # An encoding of randomized_pe.families.names(): a family (classic positions 0..T-1)
+  # or randomized_<family> (sorted random positions from [0, max_position)).
   config.model.pe = "randomized_relative"
   config.model.num_layers = 5
   config.model.num_heads = 8
@@ -26,7 +29,7 @@ def get_config(arg=None):
   config.model.max_position = 2048  # L.
   config.model.max_timescale = 10_000.0
   config.model.learned_init_scale = 1.0
-  config.model.compat = "paper"  # Or "release".
+  config.model.compat = "paper"  # Or "release" (docs/release.md).
 
   config.training = ml_collections.ConfigDict()
   config.training.steps = 2_000_000
@@ -39,13 +42,19 @@ def get_config(arg=None):
   config.training.checkpoint_every = 10_000
   config.training.checkpoints_to_keep = 2
   config.training.prefetch = 4  # Batches generated ahead by a background thread.
+  # The position sampler of training (randomized_pe.samplers.names(), e.g. "unsorted"
+  # for the paper's Table 3); "": the encoding's own (arange, or randomized for
+  # randomized_<family>).
+  config.training.positions = ""
 
   config.evaluation = ml_collections.ConfigDict()
   config.evaluation.min_length = 1
   config.evaluation.max_length = 500
   config.evaluation.batch_size = 500  # One batch per length.
   config.evaluation.seed = 1234
-  config.evaluation.positions = "sampled"  # Or "evenly_spaced" (randomized encodings).
+  # The position sampler of evaluation, e.g. "evenly_spaced"; "": the training
+  # sampler's evaluation default (for the built-in samplers: the training sampler).
+  config.evaluation.positions = ""
   config.evaluation.max_buckets = 16  # Programs compiled for the length range.
   # Sub-batches keep attention logits (chunk x heads x T x T floats) under this size.
   config.evaluation.max_logits = 2**27

@@ -24,6 +24,6 @@ params = {n: jax.random.normal(k, (16, 16)) * 0.1
           for n, k in zip(["wq", "wk", "wv"], jax.random.split(k_params, 3))}
 x = jax.random.normal(k_x, (4, 10, 16))
 # Training: one sorted subset of 10 positions from [0, 2048) per batch.
-positions = rpe.positions.randomized(k_pos, length=10, max_position=2048)
+positions = rpe.samplers.randomized(k_pos, length=10, max_position=2048)
 print("positions:", positions)
 print("output:", jax.jit(attention)(params, x, positions).shape)

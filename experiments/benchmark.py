@@ -16,8 +16,9 @@ Sections:
   attention: one layer's attention (forward + backward) over the whole batch
          against cache-sized chunks (randomized_pe.attention), T = 20, 40, 80.
 
-Training times the training loop's own step (experiments.training.make_grid_step
-with one model, the batch split over devices when there are several). Like
+Training times the training loop's own step, built by the same builder
+(experiments.steps.build_trainer: a grid of one model, the batch split over devices
+when there are several). Like
 `experiments.train`, the benchmark restarts itself with glibc's huge-page malloc
 where that applies (experiments/runtime.py); it prints the GLIBC_TUNABLES it
 ran with. RANDOMIZED_PE_MALLOC_TUNING=0 measures without it.
@@ -48,7 +49,7 @@ _MAX_TRAIN_LENGTH = flags.DEFINE_integer("max_train_length", 40, "Training lengt
 _GRID_LENGTH = flags.DEFINE_integer("grid_length", 20, "Input length of the grid benchmark.")
 
 
-# The release's numbers on the same 2-core CPU (DESIGN.md section 7 and issue 3),
+# The release's numbers on the same 2-core CPU (measured when issue 3 was worked on),
 # in ms per batch at 128 x 40 and 500 x 500.
 RELEASE_TASK_MS = {
     "stack_manipulation": (24.5, 705), "modular_arithmetic_brackets": (8.8, 385),
@@ -102,13 +103,12 @@ def bench_train(repeats: int) -> dict:
   """Training and evaluation speed of the paper model (see the module docstring)."""
   del repeats
   import jax  # pylint: disable=import-outside-toplevel
-  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
 
-  import randomized_pe as rpe  # pylint: disable=import-outside-toplevel
   import tasks  # pylint: disable=import-outside-toplevel
   from configs import default  # pylint: disable=import-outside-toplevel
+  from experiments import data  # pylint: disable=import-outside-toplevel
   from experiments import evaluation  # pylint: disable=import-outside-toplevel
-  from experiments import training  # pylint: disable=import-outside-toplevel
+  from experiments import steps  # pylint: disable=import-outside-toplevel
 
   task = tasks.get("reverse_string")
   lengths = range(1, _MAX_TRAIN_LENGTH.value + 1)
@@ -125,38 +125,25 @@ def bench_train(repeats: int) -> dict:
     config.model.pe = pe
     config.model.compat = compat
     config.training.max_length = _MAX_TRAIN_LENGTH.value
-    model_config = training.model_config_from(config, task)
-    model = rpe.make_encoder(model_config, task.output_size)
-    optimizer = training.make_optimizer(config)
     # The training loop's own step: a grid of one model, batch split over devices.
-    members = training.grid_members(config)
-    state = training.init_grid(model, config, members)
-    seeds = jnp.array([m[0] for m in members], jnp.int32)
-    state_sharding, seeds_sharding, batch_sharding = training.mesh_shardings(
-        jax.devices(), len(members))
-    if state_sharding is not None:
-      state = jax.device_put(state, state_sharding)
-      seeds = jax.device_put(seeds, seeds_sharding)
-    place = (lambda b: jax.device_put(b, batch_sharding)) if batch_sharding else (lambda b: b)
+    trainer = steps.build_trainer(config, task)
+    state, seeds, place, step_fn = trainer.state, trainer.seeds, trainer.place, trainer.step
+    trainer.state = None  # The loop below owns (and donates) the state.
     params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
-    step_fn = jax.jit(training.make_grid_step(model, model_config, optimizer),
-                      donate_argnums=(0,))
     start = time.perf_counter()
     compiled = {}
     for n in lengths:  # Ahead-of-time: exactly one program per training length.
-      batch = place(training.make_batch(task, jax.random.PRNGKey(n),
-                                        config.training.batch_size, n))
+      batch = place(data.make_batch(task, jax.random.PRNGKey(n), config.training.batch_size, n))
       compiled[n] = step_fn.lower(state, seeds, batch).compile()
     compile_s = time.perf_counter() - start
     # A program's first execution is ~100 ms slower on CPU: run each once first.
     for n in lengths:
-      batch = place(training.make_batch(task, jax.random.PRNGKey(n),
-                                        config.training.batch_size, n))
+      batch = place(data.make_batch(task, jax.random.PRNGKey(n), config.training.batch_size, n))
       state, _ = compiled[n](state, seeds, batch)
     jax.block_until_ready(state)
     # Steady state: the real data stream (uniform lengths, prefetched in a thread).
-    prefetch = training.Prefetcher(lambda s, c=config: training.data_for_step(task, c, s), 0,
-                                   _STEPS.value, depth=4, place=place)
+    prefetch = data.Prefetcher(lambda s, c=config: data.data_for_step(task, c, s), 0,
+                               _STEPS.value, depth=4, place=place)
     start = time.perf_counter()
     for _ in range(_STEPS.value):
       batch = prefetch.next()
@@ -171,7 +158,7 @@ def bench_train(repeats: int) -> dict:
     print(f"| {pe} | {compat} | {params:,} | {compile_s:.0f} ({len(compiled)}) | "
           f"{steps_per_s:.2f} | {ratio} |", flush=True)
     # Free the programs: a CPU process cannot hold a few hundred of them at once.
-    del compiled, step_fn, state
+    del compiled, step_fn, state, trainer
     jax.clear_caches()
     gc.collect()
 
@@ -179,18 +166,17 @@ def bench_train(repeats: int) -> dict:
   # then a timed evaluation of 41..100.
   config = default.get_config()
   config.model.pe = "randomized_relative"
-  model_config = training.model_config_from(config, task)
-  model = rpe.make_encoder(model_config, task.output_size)
-  state = training.init_state(model, training.make_optimizer(config), 0)
+  model = steps.build_model(config, task)
+  state = steps.init_state(model, steps.make_optimizer(config), 0)
   e = config.evaluation
-  evaluator = evaluation.RangeEvaluator(model, model_config, task, max_logits=e.max_logits)
+  evaluator = evaluation.RangeEvaluator(model, task, max_logits=e.max_logits)
   shapes = evaluator.program_shapes(range(e.min_length, e.max_length + 1), e.batch_size,
                                     e.max_buckets)
   start = time.perf_counter()
   for shape in shapes:
     evaluator.compile(state.params, shape)
   eval_compile_s = time.perf_counter() - start
-  evaluator = evaluation.RangeEvaluator(model, model_config, task, max_logits=e.max_logits)
+  evaluator = evaluation.RangeEvaluator(model, task, max_logits=e.max_logits)
   start = time.perf_counter()
   evaluator.evaluate(state.params, range(41, 101), e.batch_size, e.seed, e.max_buckets)
   eval_s = time.perf_counter() - start
@@ -207,12 +193,11 @@ def bench_grid(repeats: int) -> dict:
   """Model-steps per second of a 10-seed x 3-rate grid against one model (one length)."""
   del repeats
   import jax  # pylint: disable=import-outside-toplevel
-  import numpy as np  # pylint: disable=import-outside-toplevel
 
-  import randomized_pe as rpe  # pylint: disable=import-outside-toplevel
   import tasks  # pylint: disable=import-outside-toplevel
   from configs import default  # pylint: disable=import-outside-toplevel
-  from experiments import training  # pylint: disable=import-outside-toplevel
+  from experiments import data  # pylint: disable=import-outside-toplevel
+  from experiments import steps  # pylint: disable=import-outside-toplevel
 
   task = tasks.get("reverse_string")
   length = _GRID_LENGTH.value
@@ -226,22 +211,18 @@ def bench_grid(repeats: int) -> dict:
     config = default.get_config()
     config.model.pe = "randomized_relative"
     config.grid.seeds, config.grid.learning_rates = seeds, rates
-    model_config = training.model_config_from(config, task)
-    model = rpe.make_encoder(model_config, task.output_size)
-    members = training.grid_members(config)
-    state = training.init_grid(model, config, members)
-    member_seeds = np.array([m[0] for m in members], np.int32)
-    step = jax.jit(training.make_grid_step(model, model_config, training.make_optimizer(config)),
-                   donate_argnums=(0,))
-    batch = training.make_batch(task, jax.random.PRNGKey(0), 128, length)
+    trainer = steps.build_trainer(config, task, jax.devices()[:1])
+    state, member_seeds, step, members = (trainer.state, trainer.seeds, trainer.step,
+                                          trainer.members)
+    batch = data.make_batch(task, jax.random.PRNGKey(0), 128, length)
     state, _ = step(state, member_seeds, batch)  # Compile.
     jax.block_until_ready(state)
-    steps = max(2, _STEPS.value // len(members))
+    timed = max(2, _STEPS.value // len(members))
     start = time.perf_counter()
-    for _ in range(steps):
+    for _ in range(timed):
       state, _ = step(state, member_seeds, batch)
     jax.block_until_ready(state)
-    rate = steps / (time.perf_counter() - start)
+    rate = timed / (time.perf_counter() - start)
     model_rate = rate * len(members)
     base = base or model_rate
     results[len(members)] = {"steps_per_s": rate, "model_steps_per_s": model_rate}
@@ -257,7 +238,7 @@ def bench_attention(repeats: int) -> dict:
 
   from randomized_pe import attention  # pylint: disable=import-outside-toplevel
   from randomized_pe import encodings  # pylint: disable=import-outside-toplevel
-  from randomized_pe import positions  # pylint: disable=import-outside-toplevel
+  from randomized_pe import samplers  # pylint: disable=import-outside-toplevel
 
   batch, heads, head_size = 128, 8, 8
   results = {}
@@ -269,7 +250,7 @@ def bench_attention(repeats: int) -> dict:
     q, k, v, cot = (jax.random.normal(keys[i], (batch, length, heads, head_size), jnp.float32)
                     for i in range(4))
     kernel = jax.random.normal(keys[4], (heads * head_size, heads, head_size)) * 0.1
-    pos = positions.randomized(jax.random.PRNGKey(0), length, 2048)
+    pos = samplers.randomized(jax.random.PRNGKey(0), length, 2048)
 
     def relative(kernel):
       table = encodings.relative_key_table(pos, kernel)

@@ -44,7 +44,7 @@ class Job:
 
 def make_jobs(config: ml_collections.ConfigDict, sweep_dir: str) -> list[Job]:
   """One job per (task, encoding) of config.sweep, validated before anything runs."""
-  from experiments import training  # pylint: disable=import-outside-toplevel
+  from experiments import validation  # pylint: disable=import-outside-toplevel
 
   jobs = []
   for task in config.sweep.tasks:
@@ -52,7 +52,7 @@ def make_jobs(config: ml_collections.ConfigDict, sweep_dir: str) -> list[Job]:
       job_config = copy.deepcopy(config)
       job_config.task = task
       job_config.model.pe = pe
-      training.validate(job_config)
+      validation.validate(job_config)
       jobs.append(Job(task, pe, os.path.join(os.path.abspath(sweep_dir), task, pe),
                       job_config.to_dict()))
   return jobs
@@ -69,11 +69,11 @@ def is_finished(job: Job) -> bool:
 
 def run_job(config_dict: dict, workdir: str) -> dict:
   """Trains and evaluates one job (resuming from its checkpoints); returns its scores."""
-  from experiments import training  # pylint: disable=import-outside-toplevel
+  from experiments import loop  # pylint: disable=import-outside-toplevel
 
   config = ml_collections.ConfigDict(config_dict)
   config.progress = False
-  result = training.train_and_evaluate(config, workdir)
+  result = loop.train_and_evaluate(config, workdir)
   return {"job": f"{config.task}/{config.model.pe}",
           "unseen": [m["scores"]["unseen"] for m in result["models"]]}
 

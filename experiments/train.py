@@ -32,7 +32,9 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO.
   import jax  # pylint: disable=import-outside-toplevel
 
-  from experiments import training  # pylint: disable=import-outside-toplevel
+  from experiments import loop  # pylint: disable=import-outside-toplevel
+  from experiments import results  # pylint: disable=import-outside-toplevel
+  from experiments import validation  # pylint: disable=import-outside-toplevel
 
   config = _CONFIG.value
   if _TASK.value is not None:
@@ -40,21 +42,22 @@ def main(argv):
   if _PE.value is not None:
     config.model.pe = _PE.value
   try:
-    training.validate(config, jax.device_count())
+    validation.validate(config, jax.device_count())
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
   workdir = _WORKDIR.value or os.path.join(
       "runs", f"{config.task}-{config.model.pe}-seed{config.seed}")
-  print(f"task {config.task}, encoding {config.model.pe} ({config.model.compat} semantics), "
+  print(f"task {config.task}, model {config.model.name}, encoding {config.model.pe} "
+        f"({config.model.compat} semantics), "
         f"{config.training.steps} steps on {jax.device_count()} {jax.default_backend()} "
         f"device(s); writing to {workdir}", flush=True)
   try:
-    result = training.train_and_evaluate(config, workdir)
-  except (ValueError, training.NonFiniteLossError) as e:
+    result = loop.train_and_evaluate(config, workdir)
+  except (ValueError, loop.NonFiniteLossError) as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2 if isinstance(e, ValueError) else 1)
-  print(training.summary_table(result))
+  print(results.summary_table(result))
   print(f"per-length accuracies: {os.path.join(workdir, 'eval.json')}")
 
 

@@ -44,7 +44,7 @@ def _sin_cos(positions, dim: int, max_timescale: float, per_axis: bool = False):
   """(sin, cos) of positions * w_i, float32[..., T, dim // 2], accurate to about 5e-7.
 
   A float32 product p * w_i is off by up to 7e-5 near p = 2048 (and worse beyond),
-  while the original release builds its tables in float64. Here the
+  while the release builds its tables in float64 (docs/release.md, item 7). Here the
   angle is reduced modulo 2 pi exactly instead: with p = n + r (n the nearest integer),
   p w_i / 2pi = n * F_i / 2^64 + r w_i / 2pi, where F_i is w_i / 2pi in 64-bit fixed
   point. The high word of n * F_i wraps modulo 2^32 in uint32 arithmetic (the whole
@@ -367,14 +367,14 @@ def relative_logits_toeplitz(
 def release_relative_positions(offset_table, max_position: int) -> jax.Array:
   """Sinusoid position per offset used by the release's randomized relative encoding.
 
-  The release (DESIGN.md section 4, item 1; public issue #2 of
+  The release (docs/release.md, item 1; public issue #2 of
   google-deepmind/randomized_positional_encodings) builds the sin/cos table for
   positions [0, max_position) and indexes it with max_position + distance. JAX
   clamps out-of-range gathers, so the zero distance and every positive distance
   read row max_position - 1: only leftward distances are told apart.
 
   Args:
-    offset_table: [T] table of |d| -> sampled distance (`positions.sorted_offsets`).
+    offset_table: [T] table of |d| -> sampled distance (`samplers.offsets`).
     max_position: L.
 
   Returns:

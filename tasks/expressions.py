@@ -1,9 +1,10 @@
 """Vectorised sampling of the bracketed modular-arithmetic grammar.
 
-The grammar of the release (DESIGN.md section 6) for an expression of exactly
-`length` tokens: 1: d; 2: -d; 3: (d); 4: (-d); >= 5: (left op right), with the
-left length uniform in [1, length - 4] and the right taking the rest. Digits
-are uniform in [0, modulus), operators uniform in {+, -} or {+, -, *}.
+The grammar of the original release (its modular_arithmetic_brackets and
+solve_equation generators) for an expression of exactly `length` tokens: 1: d;
+2: -d; 3: (d); 4: (-d); >= 5: (left op right), with the left length uniform in
+[1, length - 4] and the right taking the rest. Digits are uniform in
+[0, modulus), operators uniform in {+, -} or {+, -, *}.
 
 All expressions of a batch grow together, one tree level per round: every
 pending segment of every sample is expanded at once, so the Python loop runs

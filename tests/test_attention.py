@@ -8,7 +8,7 @@ import pytest
 
 from randomized_pe import attention
 from randomized_pe import encodings as enc
-from randomized_pe import positions as pos
+from randomized_pe import samplers as pos
 
 
 def _inputs(batch, length, heads=2, head_size=4, seed=0):

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from randomized_pe import encodings as enc
-from randomized_pe import positions as pos
-from randomized_pe import registry
+from randomized_pe import samplers as pos
 
 
 @pytest.mark.parametrize("positions", [np.arange(9), np.array([0.5, 3.25, 7.0, 100.75, 2047.0])])
@@ -198,7 +197,7 @@ def test_relative_logits_with_arange_equal_relative_shift():
 
 def test_release_relative_lookup_collapses_zero_and_rightward_distances():
   max_position = 64
-  table = pos.sorted_offsets(jax.random.PRNGKey(0), 6, max_position)
+  table = pos.offsets(jax.random.PRNGKey(0), 6, max_position)
   rows = np.asarray(enc.release_relative_positions(table, max_position))  # offsets -5..5
   assert np.all(rows[5:] == max_position - 1)  # d >= 0 all read the last row.
   assert len(set(rows[:5].tolist())) == 5  # Leftward distances stay distinct.
@@ -225,22 +224,9 @@ def test_learned_lookup_rows_and_clamp():
     enc.learned_lookup(table, jnp.array([0.5]))
 
 
-def test_registry_names_and_errors():
-  assert set(registry.NAMES) == {
-      "none", "sin_cos", "learned", "relative", "rope", "alibi", "randomized_sin_cos",
-      "randomized_learned", "randomized_relative", "randomized_rope", "randomized_alibi"}
-  with pytest.raises(ValueError, match="valid names: none, sin_cos"):
-    registry.get("rotary")
-  for name in registry.NAMES:
-    e = registry.get(name)
-    assert e.randomized == name.startswith("randomized_")
-    assert e.acts == registry.FAMILIES[e.family]
-  p = registry.get("randomized_rope").sample_positions(jax.random.PRNGKey(0), 5, 32)
-  assert p.shape == (5,) and np.all(np.diff(np.asarray(p)) > 0)
-  np.testing.assert_array_equal(registry.get("rope").sample_positions(None, 5, 32), np.arange(5))
-
-
 def test_pure_core_does_not_import_haiku():
-  code = ("import sys, randomized_pe, randomized_pe.encodings, randomized_pe.positions, "
-          "randomized_pe.registry; assert 'haiku' not in sys.modules, 'haiku imported'")
+  code = ("import sys, randomized_pe, randomized_pe.encodings, randomized_pe.samplers, "
+          "randomized_pe.families, randomized_pe.release, randomized_pe.models; "
+          "randomized_pe.families.get('randomized_relative'); "
+          "assert 'haiku' not in sys.modules, 'haiku imported'")
   subprocess.run([sys.executable, "-c", code], check=True)

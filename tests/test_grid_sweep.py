@@ -7,13 +7,13 @@ import jax
 import numpy as np
 import pytest
 
-import randomized_pe as rpe
 import tasks
 from configs import table1
+from experiments import data
 from experiments import evaluation
 from experiments import report
+from experiments import steps
 from experiments import sweep
-from experiments import training
 from tests import sweep_helpers
 from tests.test_training import tiny_config
 
@@ -33,30 +33,29 @@ def test_grid_equals_single_model_training():
   config.grid.seeds = (3, 4)
   config.grid.learning_rates = (1e-3, 3e-3)
   task = tasks.get(config.task)
-  model_config = training.model_config_from(config, task)
-  model = rpe.make_encoder(model_config, task.output_size)
-  members = training.grid_members(config)
+  model = steps.build_model(config, task)
+  members = steps.grid_members(config)
   assert members == [(3, 1e-3), (3, 3e-3), (4, 1e-3), (4, 3e-3)]
-  optimizer = training.make_optimizer(config)
-  grid_step = jax.jit(training.make_grid_step(model, model_config, optimizer))
-  state = training.init_grid(model, config, members)
+  optimizer = steps.make_optimizer(config)
+  grid_step = jax.jit(steps.make_grid_step(model, optimizer))
+  state = steps.init_grid(model, config, members)
   seeds = np.array([s for s, _ in members], np.int32)
-  batches = [training.data_for_step(task, config, s) for s in range(3)]
+  batches = [data.data_for_step(task, config, s) for s in range(3)]
   for batch in batches:
     state, grid_metrics = grid_step(state, seeds, batch)
-  evaluator = evaluation.RangeEvaluator(model, model_config, task, stacked=True)
+  evaluator = evaluation.RangeEvaluator(model, task, stacked=True)
   grid_eval = evaluator.evaluate(state.params, range(1, 6), 8, 0, 2)
   # Each model alone: its own seed and learning rate, no vmap (one program, seed traced).
-  step = jax.jit(lambda state, batch, seed: training.make_train_step(
-      model, model_config, optimizer, seed)(state, batch))
+  step = jax.jit(lambda state, batch, seed: steps.make_train_step(
+      model, optimizer, seed)(state, batch))
   for m, (seed, rate) in enumerate(members):
-    single = training.init_state(model, training.make_optimizer(config, rate), seed)
+    single = steps.init_state(model, steps.make_optimizer(config, rate), seed)
     for batch in batches:
       single, metrics = step(single, batch, seed)
     np.testing.assert_allclose(_flat(_tree_rows(state.params, m)), _flat(single.params),
                                atol=1e-5)
     np.testing.assert_allclose(grid_metrics["loss"][m], metrics["loss"], atol=1e-5)
-    alone = evaluation.RangeEvaluator(model, model_config, task).evaluate(
+    alone = evaluation.RangeEvaluator(model, task).evaluate(
         single.params, range(1, 6), 8, 0, 2)
     np.testing.assert_allclose([a[m] for a in grid_eval["accuracy"]], alone["accuracy"],
                                atol=1e-6)

@@ -1,15 +1,14 @@
 """The Haiku encoder: parameter counts, shapes, compilations, twins and compat modes."""
 import dataclasses
 
-import haiku as hk
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import randomized_pe as rpe
-from randomized_pe import model as model_lib
-from randomized_pe import registry
+from randomized_pe import families
+from randomized_pe.models import encoder as model_lib
 
 TINY = dict(num_layers=2, num_heads=2, d_model=16, widening_factor=2, max_position=64)
 
@@ -38,7 +37,7 @@ def test_parameter_counts_match_release(pe, count):
   assert _param_count(params) == count
 
 
-@pytest.mark.parametrize("pe", registry.NAMES)
+@pytest.mark.parametrize("pe", families.names())
 def test_output_shape_and_finite(pe):
   config = rpe.EncoderConfig(vocab_size=5, pe=pe, **TINY)
   model, params, tokens = _init(config, output_size=3, length=7)
@@ -119,9 +118,11 @@ def test_release_randomized_relative_scorer_uses_the_clamped_lookup():
   zeros = jnp.zeros((1, 6, config.num_heads, config.head_size))
 
   def scores(cfg, positions):
-    fn = hk.transform(
-        lambda: model_lib._SCORERS["relative"](positions, cfg, zeros.shape)(zeros, zeros))
-    return np.asarray(fn.apply(fn.init(jax.random.PRNGKey(1)), None))[0]  # [H, T, T]
+    family, ctx = cfg.family, cfg.context
+    keys = jax.random.split(jax.random.PRNGKey(1), 3)
+    params = {name: spec.init(k, spec.shape, jnp.float32)
+              for k, (name, spec) in zip(keys, family.params(ctx).items())}
+    return np.asarray(family.scorer(positions, params, ctx, zeros.shape)(zeros, zeros))[0]
 
   release = scores(config, config.sample_positions(jax.random.PRNGKey(6), 6)[0])
   for i in range(6):

@@ -1,8 +1,9 @@
 """Every task against an independent brute-force oracle, plus distribution checks.
 
-The oracles are written plainly in Python from the task definitions (DESIGN.md
-section 6): they parse each generated input, recompute the expected output and
-mask with Python integers, and never call the vectorised generators.
+The oracles are written plainly in Python from the task definitions (the task
+docstrings, with the release's semantics): they parse each generated input,
+recompute the expected output and mask with Python integers, and never call the
+vectorised generators.
 """
 import collections
 import math

@@ -13,8 +13,10 @@ import pytest
 import randomized_pe as rpe
 import tasks
 from configs import default
+from experiments import data
 from experiments import evaluation
-from experiments import training
+from experiments import loop
+from experiments import steps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": ROOT}
@@ -68,13 +70,13 @@ def test_entry_point_smoke(tmp_path):
 
 def test_resume_equals_uninterrupted_run(tmp_path):
   straight = tiny_config(steps=6)
-  training.train_and_evaluate(straight, str(tmp_path / "straight"))
+  loop.train_and_evaluate(straight, str(tmp_path / "straight"))
   first = tiny_config(steps=4)  # Stops after the checkpoint of step 4.
-  training.train_and_evaluate(first, str(tmp_path / "resumed"))
+  loop.train_and_evaluate(first, str(tmp_path / "resumed"))
   second = tiny_config(steps=6)
-  training.train_and_evaluate(second, str(tmp_path / "resumed"))
-  a = training.restore_state(str(tmp_path / "straight"), straight)
-  b = training.restore_state(str(tmp_path / "resumed"), second)
+  loop.train_and_evaluate(second, str(tmp_path / "resumed"))
+  a = loop.restore_state(str(tmp_path / "straight"), straight)
+  b = loop.restore_state(str(tmp_path / "resumed"), second)
   assert a.step.tolist() == b.step.tolist() == [6]  # Stacked: one model.
   np.testing.assert_array_equal(_flat(a.params), _flat(b.params))  # Bitwise on CPU.
   np.testing.assert_array_equal(_flat(a.opt_state), _flat(b.opt_state))
@@ -84,19 +86,19 @@ def test_resume_equals_uninterrupted_run(tmp_path):
   assert [r["loss"] for r in ra] == [r["loss"] for r in rb]
   # A different config in the same workdir is refused.
   with pytest.raises(ValueError, match="different config"):
-    training.train_and_evaluate(tiny_config(steps=6, learning_rate=5e-4),
+    loop.train_and_evaluate(tiny_config(steps=6, learning_rate=5e-4),
                                 str(tmp_path / "resumed"))
 
 
-def _per_length_reference(model, model_config, task, params, lengths, batch_size, seed):
+def _per_length_reference(model, task, params, lengths, batch_size, seed):
   """Each length on its own: no padding, no masks, positions drawn for that length."""
   accuracy = []
   for n in lengths:
-    batch = training.make_batch(task, jax.random.fold_in(jax.random.PRNGKey(seed), n),
-                                batch_size, n)
+    batch = data.make_batch(task, jax.random.fold_in(jax.random.PRNGKey(seed), n),
+                            batch_size, n)
     key = jax.random.fold_in(jax.random.PRNGKey(seed + 1), n)
     pos_key, dropout_key = jax.random.split(key)
-    positions = model_config.sample_positions(pos_key, batch["tokens"].shape[1])
+    positions = model.sample_positions(pos_key, batch["tokens"].shape[1], evaluation=True)
     logits = model.apply(params, jax.random.fold_in(dropout_key, 0), batch["tokens"],
                          positions, is_training=False)
     out = logits[:, -batch["targets"].shape[1]:]
@@ -115,13 +117,13 @@ def test_bucketed_evaluation_equals_per_length(task_name, pe, compat):
   config = rpe.EncoderConfig(vocab_size=task.input_size + 1, pe=pe, compat=compat,
                              num_layers=2, num_heads=2, d_model=16, widening_factor=2,
                              max_position=64, dropout_rate=0.0)
-  model = rpe.make_encoder(config, task.output_size)
+  model = rpe.EncoderModel(config, task.output_size)
   params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 3), jnp.int32))
   lengths = range(1, 9)
-  evaluator = evaluation.RangeEvaluator(model, config, task)
+  evaluator = evaluation.RangeEvaluator(model, task)
   got = evaluator.evaluate(params, lengths, batch_size=16, seed=7, max_buckets=3)
   assert len(got["buckets"]) <= 3 and evaluator.traces <= len(got["buckets"])
-  want = _per_length_reference(model, config, task, params, lengths, 16, 7)
+  want = _per_length_reference(model, task, params, lengths, 16, 7)
   np.testing.assert_allclose(got["accuracy"], want, atol=1e-6)
   assert 0.05 < np.mean(want) < 0.95  # Untrained: the comparison is not trivial.
 
@@ -130,9 +132,9 @@ def test_evaluation_compiles_at_most_one_program_per_bucket():
   task = tasks.get("reverse_string")
   config = rpe.EncoderConfig(vocab_size=3, pe="randomized_alibi", num_layers=1, num_heads=2,
                              d_model=16, widening_factor=2, max_position=256)
-  model = rpe.make_encoder(config, 2)
+  model = rpe.EncoderModel(config, 2)
   params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 3), jnp.int32))
-  evaluator = evaluation.RangeEvaluator(model, config, task, max_logits=2**16)
+  evaluator = evaluation.RangeEvaluator(model, task, max_logits=2**16)
   result = evaluator.evaluate(params, range(1, 65), batch_size=4, seed=0, max_buckets=6)
   assert len(result["buckets"]) == 6 and result["buckets"][-1] == 128
   assert evaluator.traces <= 6
@@ -147,7 +149,7 @@ def test_plan_buckets_is_optimal_on_a_small_case():
 
 def test_training_compiles_one_program_per_length(tmp_path, monkeypatch):
   traces = []
-  original = training.make_train_step
+  original = steps.make_train_step
 
   def counting(*args, **kwargs):
     step = original(*args, **kwargs)
@@ -157,27 +159,27 @@ def test_training_compiles_one_program_per_length(tmp_path, monkeypatch):
       return step(state, batch)
     return wrapped
 
-  monkeypatch.setattr(training, "make_train_step", counting)
+  monkeypatch.setattr(steps, "make_train_step", counting)
   config = tiny_config(steps=40, max_length=8, log_every=40, checkpoint_every=40)
   config.evaluation.max_length = 2
-  training.train_and_evaluate(config, str(tmp_path / "run"))
-  lengths_seen = {training.data_for_step(tasks.get("reverse_string"), config, s)["tokens"].shape
+  loop.train_and_evaluate(config, str(tmp_path / "run"))
+  lengths_seen = {data.data_for_step(tasks.get("reverse_string"), config, s)["tokens"].shape
                   for s in range(1, 41)}
   assert len(traces) == len(lengths_seen) <= 8
 
 
 def test_nonfinite_update_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
-  original = training.make_optimizer
+  original = steps.make_optimizer
 
   def poisoned(config, learning_rate=None):  # Updates become NaN from the third step on.
     return optax.chain(original(config, learning_rate),
                        optax.scale_by_schedule(lambda count: jnp.where(count >= 2, jnp.nan, 1.0)))
 
-  monkeypatch.setattr(training, "make_optimizer", poisoned)
+  monkeypatch.setattr(steps, "make_optimizer", poisoned)
   config = tiny_config(steps=6, log_every=1, checkpoint_every=2)
-  with pytest.raises(training.NonFiniteLossError, match=r"step 3.*checkpoint \(step 2\)"):
-    training.train_and_evaluate(config, str(tmp_path / "run"))
-  state = training.restore_state(str(tmp_path / "run"), config)
+  with pytest.raises(loop.NonFiniteLossError, match=r"step 3.*checkpoint \(step 2\)"):
+    loop.train_and_evaluate(config, str(tmp_path / "run"))
+  state = loop.restore_state(str(tmp_path / "run"), config)
   assert state.step.tolist() == [2] and np.all(np.isfinite(_flat(state.params)))
 
 
@@ -187,17 +189,17 @@ import sys; sys.path.insert(0, {ROOT!r})
 import jax
 assert jax.device_count() == 2, jax.devices()
 from tests.test_training import tiny_config
-from experiments import training
+from experiments import loop
 config = tiny_config(steps=3, log_every=1, checkpoint_every=3)
-training.train_and_evaluate(config, {str(tmp_path / 'two')!r})
+loop.train_and_evaluate(config, {str(tmp_path / 'two')!r})
 config.grid.seeds = (0, 1)  # Two models: the models axis is split over the devices.
-training.train_and_evaluate(config, {str(tmp_path / 'two_grid')!r})
+loop.train_and_evaluate(config, {str(tmp_path / 'two_grid')!r})
 """
   env = {**ENV, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
   out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=300)
   assert out.returncode == 0, out.stderr[-3000:]
-  training.train_and_evaluate(tiny_config(steps=3, log_every=1, checkpoint_every=3),
+  loop.train_and_evaluate(tiny_config(steps=3, log_every=1, checkpoint_every=3),
                               str(tmp_path / "one"))
   two = [json.loads(l)["loss"] for l in open(tmp_path / "two" / "metrics.jsonl")]
   one = [json.loads(l)["loss"] for l in open(tmp_path / "one" / "metrics.jsonl")]
@@ -216,7 +218,10 @@ training.train_and_evaluate(config, {str(tmp_path / 'two_grid')!r})
     (["--task=sorting"], "unknown task 'sorting'; valid names: even_pairs"),
     (["--pe=rotary"], "unknown positional encoding 'rotary'; valid names: none, sin_cos"),
     (["--config.model.max_position=100"], "max_position=100 is smaller than the longest"),
-    (["--config.evaluation.positions=grid"], "valid choices: sampled, evenly_spaced"),
+    (["--config.evaluation.positions=grid"],
+     "unknown position sampler 'grid'; valid choices: arange, randomized, unsorted"),
+    (["--config.training.positions=unsorted", "--config.model.compat=release"],
+     "sampler 'unsorted' cannot give"),
 ])
 def test_bad_input_exits_2_with_one_line_and_no_files(tmp_path, args, message):
   workdir = tmp_path / "run"

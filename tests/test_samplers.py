@@ -1,10 +1,10 @@
-"""Position samplers: ranges, order, distinctness, uniformity and errors."""
+"""Position samplers: ranges, order, distinctness, uniformity, padding and errors."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from randomized_pe import positions
+from randomized_pe import samplers as positions
 
 
 @pytest.mark.parametrize("length,max_position", [(1, 1), (5, 5), (7, 64), (40, 2048)])
@@ -42,7 +42,7 @@ def test_length_above_max_position_raises_with_both_numbers():
   with pytest.raises(ValueError, match=r"length=10 > max_position=5"):
     jax.jit(lambda k: positions.randomized(k, 10, 5))(jax.random.PRNGKey(0))
   with pytest.raises(ValueError, match=r"length=9 > max_position=8"):
-    positions.sorted_offsets(jax.random.PRNGKey(0), 9, 8)
+    positions.offsets(jax.random.PRNGKey(0), 9, 8)
 
 
 def test_unsorted_is_the_same_draw_unsorted_and_prefix_stable():
@@ -56,25 +56,45 @@ def test_unsorted_is_the_same_draw_unsorted_and_prefix_stable():
 
 def test_sorted_offsets_table():
   for seed in range(5):
-    t = np.asarray(positions.sorted_offsets(jax.random.PRNGKey(seed), 20, 64))
+    t = np.asarray(positions.offsets(jax.random.PRNGKey(seed), 20, 64))
     assert t.dtype == np.int32 and t.shape == (20,)
     assert t[0] == 0 and np.all(np.diff(t) > 0) and t.max() < 64
 
 
 def test_arange():
-  np.testing.assert_array_equal(positions.arange(4), [0, 1, 2, 3])
-  assert positions.arange(4).dtype == jnp.int32
+  np.testing.assert_array_equal(positions.arange(None, 4), [0, 1, 2, 3])
+  assert positions.arange(None, 4).dtype == jnp.int32
 
 
-def test_padded_samplers_equal_the_unpadded_draw_for_every_length():
+@pytest.mark.parametrize("name", ["arange", "randomized", "unsorted", "evenly_spaced", "offsets"])
+def test_padded_draw_equals_the_unpadded_draw_for_every_length(name):
+  # One program (length traced) for every length up to 12; its first n entries are
+  # the unpadded draw for n.
+  sampler = positions.get(name)
   key = jax.random.PRNGKey(11)
-  for fn, padded in [(positions.randomized, positions.randomized_padded),
-                     (positions.sorted_offsets, positions.sorted_offsets_padded)]:
-    jitted = jax.jit(lambda n, fn=padded: fn(key, n, 12, 64))  # One program for all n.
-    for n in range(1, 13):
-      got = np.asarray(jitted(n))
-      np.testing.assert_array_equal(got[:n], fn(key, n, 64))
+  jitted = jax.jit(lambda n: sampler(key, n, 64, padded_length=12))
+  for n in range(1, 13):
+    got = np.asarray(jitted(n))
+    assert got.shape == (12,)
+    np.testing.assert_array_equal(got[:n], sampler(key, n, 64))
+    if name != "arange":
       assert np.all(got[n:] == 63)
-  even = np.asarray(positions.evenly_spaced(8, 64))
+
+
+def test_evenly_spaced():
+  even = np.asarray(positions.evenly_spaced(None, 8, 64))
   np.testing.assert_array_equal(even, [0, 8, 16, 24, 32, 40, 48, 56])
-  np.testing.assert_array_equal(positions.evenly_spaced_padded(None, 8, 10, 64)[:8], even)
+  # Su's example: 512 positions spread over L = 2048.
+  np.testing.assert_array_equal(positions.evenly_spaced(None, 512, 2048), np.arange(0, 2048, 4))
+
+
+def test_registry_lists_valid_choices_and_refuses_twins():
+  assert positions.names()[:5] == ("arange", "randomized", "unsorted", "evenly_spaced", "offsets")
+  with pytest.raises(ValueError, match="unknown position sampler 'sorted'; valid choices: "
+                                       "arange, randomized, unsorted, evenly_spaced, offsets"):
+    positions.get("sorted")
+  with pytest.raises(ValueError, match="already registered"):
+    positions.register(positions.Sampler("arange", positions.arange, random=False))
+  assert [s.random for s in map(positions.get, ["arange", "randomized", "unsorted",
+                                                "evenly_spaced", "offsets"])] == [
+                                                    False, True, True, False, True]

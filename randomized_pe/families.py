@@ -1,0 +1,327 @@
+"""Encoding families: how positions enter a model, one registry by name (no Haiku here).
+
+A family is one `Family` record: where it acts, the parameters it needs, the settings
+it reads, which positions it accepts, its release behaviour, and its computation as
+pure functions of positions and parameters. A model creates the declared parameters
+(with its own framework: the Haiku encoder uses hk.get_parameter) and calls the pure
+functions, so the same families serve Haiku, Flax or plain JAX models.
+
+  name      acts in     settings            floats  per-axis  release (docs/release.md)
+  none      -           -                   yes     yes       -
+  sin_cos   embedding   max_timescale       yes     yes       -
+  learned   embedding   learned_init_scale  no      no        -
+  relative  attention   max_timescale       yes     no        offset tables, per layer,
+                                                              clamped lookup, init
+  rope      attention   max_timescale       yes     yes       per layer
+  alibi     attention   -                   yes     no        offset tables, per layer
+
+Encoding names (`names()`): each family's name (classic positions, sampler `arange`),
+and `randomized_<family>` (the same family fed by sampler `randomized`) where the
+family declares a randomized twin. Any sampler can also be chosen by config.
+
+Function signatures (Shapes: T positions, Tq queries, B batch, H heads, D head size,
+M d_model):
+  params(ctx) -> {name: ParamSpec}             parameters the family needs
+  term(positions [T], params, ctx) -> [T, M]   embedding families: added to the
+                                               token embeddings
+  scorer(positions [T], params, ctx, query_shape (B, Tq, H, D)) -> score_fn(q, k)
+                                               attention families: score_fn maps
+                                               queries [b, Tq, H, D] (the last Tq
+                                               positions) and keys [b, T, H, D] to
+                                               logits [b, H, Tq, T], already scaled
+                                               by 1/sqrt(D)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Mapping, Optional
+
+import jax
+import jax.numpy as jnp
+
+from randomized_pe import attention as attn_lib
+from randomized_pe import encodings as enc
+from randomized_pe import registry
+from randomized_pe import release as release_lib
+from randomized_pe import samplers as samplers_lib
+
+ACTS = ("none", "embedding", "attention")
+
+
+@dataclasses.dataclass(frozen=True)
+class ParamSpec:
+  """A parameter a family needs: its shape and initializer (key, shape, dtype) -> array."""
+
+  shape: tuple[int, ...]
+  init: Callable[..., jax.Array]
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+  """What a family may read about the model it is in.
+
+  Attributes:
+    d_model, num_heads, head_size: the model's sizes.
+    max_position: L, the range sampled positions come from (rows of a learned table).
+    settings: the family's declared settings, resolved from the model's config.
+    behaviour: the release behaviour record (`randomized_pe.release`).
+    randomized: the training positions are sampled (not arange): the release's
+      randomized code path (release item 1 applies to it only).
+  """
+
+  d_model: int
+  num_heads: int
+  head_size: int
+  max_position: int
+  settings: Mapping[str, Any]
+  behaviour: release_lib.Behaviour
+  randomized: bool
+
+
+def no_params(ctx: Context) -> dict:
+  del ctx
+  return {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+  """One way positions enter a model (see the module docstring for the signatures).
+
+  Attributes:
+    name: registry name.
+    acts: "none", "embedding" (needs `term`) or "attention" (needs `scorer`).
+    term, scorer: the computation (exactly one, matching `acts`; none for "none").
+    params: ctx -> {name: ParamSpec}.
+    settings: the model config fields it reads, with defaults for models that lack them.
+    floats: accepts float positions.
+    per_axis: accepts per-axis positions [T, k] (a 2-D grid has k = 2).
+    randomized_twin: `randomized_<name>` exists (the family fed by `randomized`).
+    release_offsets: under compat="release" positions are an offset table |j - i| ->
+      distance, and `randomized` draws the release's `offsets` (release item 5).
+    release_per_layer: under compat="release" random samplers draw once per layer
+      (release item 2).
+    description: one line for listings and docs.
+  """
+
+  name: str
+  acts: str
+  term: Optional[Callable[..., jax.Array]] = None
+  scorer: Optional[Callable[..., Callable]] = None
+  params: Callable[[Context], dict] = no_params
+  settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  floats: bool = True
+  per_axis: bool = False
+  randomized_twin: bool = True
+  release_offsets: bool = False
+  release_per_layer: bool = False
+  description: str = ""
+
+  def __post_init__(self):
+    if self.acts not in ACTS:
+      raise ValueError(f"family {self.name!r}: acts must be one of {', '.join(ACTS)}, "
+                       f"got {self.acts!r}")
+    needs = {"none": (False, False), "embedding": (True, False), "attention": (False, True)}
+    if needs[self.acts] != (self.term is not None, self.scorer is not None):
+      want = {"none": "neither term nor scorer", "embedding": "a term and no scorer",
+              "attention": "a scorer and no term"}[self.acts]
+      raise ValueError(f"family {self.name!r} acts in {self.acts!r} and needs {want}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Encoding:
+  """An encoding name resolved: a family and the sampler that feeds it in training."""
+
+  name: str
+  family: Family
+  sampler: str
+
+
+# --------------------------------------------------------------------------
+# Release behaviour of positions (items 2 and 5).
+
+
+def release_sampler(family: Family, sampler: samplers_lib.Sampler,
+                    behaviour: release_lib.Behaviour) -> samplers_lib.Sampler:
+  """The sampler the release's code would use in place of `sampler` (release item 5)."""
+  if not (behaviour.offset_tables and family.release_offsets):
+    return sampler
+  if sampler.name == "randomized":
+    return samplers_lib.get("offsets")
+  if sampler.name not in ("arange", "evenly_spaced", "offsets"):
+    raise ValueError(
+        f"compat='release' reads {family.name} positions as a table of distances, which "
+        f"sampler {sampler.name!r} cannot give; valid choices there: arange, randomized, "
+        "evenly_spaced, offsets (or use compat='paper')")
+  return sampler
+
+
+def draws_per_layer(family: Family, sampler: samplers_lib.Sampler,
+                    behaviour: release_lib.Behaviour) -> bool:
+  """Whether every layer gets its own draw (release item 2)."""
+  return behaviour.per_layer_positions and family.release_per_layer and sampler.random
+
+
+# --------------------------------------------------------------------------
+# The families' computations.
+
+
+def _sin_cos_term(positions, params, ctx: Context):
+  del params
+  return enc.sinusoid(positions, ctx.d_model, ctx.settings["max_timescale"],
+                      per_axis=jnp.ndim(positions) == 2)
+
+
+def _learned_params(ctx: Context) -> dict:
+  init = jax.nn.initializers.truncated_normal(ctx.settings["learned_init_scale"])
+  return {"position_table": ParamSpec((ctx.max_position, ctx.d_model), init)}
+
+
+def _learned_term(positions, params, ctx: Context):
+  del ctx
+  return enc.learned_lookup(params["position_table"], positions)
+
+
+def _rope_scorer(positions, params, ctx: Context, query_shape):
+  del params
+  timescale = ctx.settings["max_timescale"]
+  per_axis = jnp.ndim(positions) == 2
+  query_positions = positions[positions.shape[0] - query_shape[1]:]
+
+  def score(q, k):
+    return attn_lib.dot_scores(enc.apply_rope(q, query_positions, timescale, per_axis=per_axis),
+                               enc.apply_rope(k, positions, timescale, per_axis=per_axis))
+
+  return score
+
+
+def _alibi_scorer(positions, params, ctx: Context, query_shape):
+  del params
+  slopes = enc.alibi_slopes(query_shape[2])
+  if ctx.behaviour.offset_tables:
+    # Release item 5: the positions are an offset table |j - i| -> distance.
+    bias = enc.alibi_bias_from_distances(enc.toeplitz(enc.signed_offsets(positions)), slopes)
+  else:
+    bias = enc.alibi_bias(positions, positions, slopes)
+  bias = bias[:, bias.shape[1] - query_shape[1]:]  # The last Tq query rows.
+  return lambda q, k: attn_lib.dot_scores(q, k) + bias[None]
+
+
+def _relative_params(ctx: Context) -> dict:
+  normal = jax.nn.initializers.normal(0.02)
+  rel_dim = ctx.num_heads * ctx.head_size  # The release encodes distances in d_model features.
+  if ctx.behaviour.uncorrected_truncation:
+    # Release item 6: hk.Linear's default, stddev 1/sqrt(fan_in) before truncation.
+    kernel_init = jax.nn.initializers.truncated_normal(1.0 / math.sqrt(rel_dim))
+  else:
+    kernel_init = jax.nn.initializers.variance_scaling(1.0, "fan_in", "truncated_normal")
+  return {
+      "content_bias": ParamSpec((ctx.num_heads, ctx.head_size), normal),
+      "relative_bias": ParamSpec((ctx.num_heads, ctx.head_size), normal),
+      "relative_kernel": ParamSpec((rel_dim, ctx.num_heads * ctx.head_size), kernel_init),
+  }
+
+
+def _relative_scorer(positions, params, ctx: Context, query_shape):
+  batch, num_queries, num_heads, head_size = query_shape
+  length = positions.shape[0]
+  first_query = length - num_queries
+  timescale = ctx.settings["max_timescale"]
+  content_bias, relative_bias = params["content_bias"], params["relative_bias"]
+  rel_dim = params["relative_kernel"].shape[0]
+  kernel = params["relative_kernel"].reshape(rel_dim, num_heads, head_size)
+  pairwise = enc.use_pairwise(batch, length, num_heads, head_size, rel_dim)
+  if ctx.behaviour.offset_tables:
+    # Release item 5: positions are an offset table; the classic encoding uses
+    # sinusoid(j - i) directly.
+    if ctx.randomized and ctx.behaviour.clamped_relative_lookup:
+      # Release item 1: clamped lookup, zero and rightward distances collapse.
+      offset_positions = enc.release_relative_positions(positions, ctx.max_position)
+    else:
+      offset_positions = enc.signed_offsets(positions)
+    if pairwise:
+      table = enc.relative_key_table_toeplitz(offset_positions, kernel, timescale, num_queries)
+      relative = lambda q: enc.relative_logits_from_table(q, table)
+    else:
+      relative = lambda q: enc.relative_logits_toeplitz(q, offset_positions, kernel, timescale)
+  elif pairwise:
+    table = enc.relative_key_table(  # Once per batch and layer.
+        positions, kernel, timescale, positions[first_query:])
+    relative = lambda q: enc.relative_logits_from_table(q, table)
+  else:
+    relative = lambda q: enc.relative_logits(
+        q, positions, kernel, timescale, method="factorized",
+        query_positions=positions[first_query:])
+  scale = 1.0 / math.sqrt(head_size)
+
+  def score(q, k):
+    content = jnp.einsum("bthd,bshd->bhts", (q + content_bias) * scale, k)
+    return content + relative((q + relative_bias) * scale)
+
+  return score
+
+
+# --------------------------------------------------------------------------
+# The registry.
+
+FAMILIES: registry.Registry[Family] = registry.Registry("encoding family")
+
+
+def register(family: Family) -> Family:
+  """Adds a family (and its `randomized_` twin, if declared) to the registry."""
+  return FAMILIES.register(family.name, family)
+
+
+family_names = FAMILIES.names
+get_family = FAMILIES.get
+
+
+def _encodings() -> dict[str, Encoding]:
+  table = {}
+  for family in FAMILIES:
+    table[family.name] = Encoding(family.name, family, "arange")
+    if family.randomized_twin:
+      table["randomized_" + family.name] = Encoding(
+          "randomized_" + family.name, family, "randomized")
+  return table
+
+
+def names() -> tuple[str, ...]:
+  """Every encoding name: the families, then their randomized twins, in registry order."""
+  table = _encodings()
+  return tuple(sorted(table, key=lambda n: (n.startswith("randomized_"), list(table).index(n))))
+
+
+def get(name: str) -> Encoding:
+  """The encoding called `name`; an unknown name raises ValueError listing the valid ones."""
+  try:
+    return _encodings()[name]
+  except KeyError:
+    raise ValueError(
+        f"unknown positional encoding {name!r}; valid names: {', '.join(names())}") from None
+
+
+def families_accepting(floats: bool = False, per_axis: bool = False) -> tuple[str, ...]:
+  """Names of the families that take float (or per-axis) positions."""
+  return tuple(f.name for f in FAMILIES
+               if (not floats or f.floats) and (not per_axis or f.per_axis))
+
+
+_TIMESCALE = {"max_timescale": enc.DEFAULT_MAX_TIMESCALE}
+
+register(Family("none", "none", randomized_twin=False, per_axis=True,
+                description="no positional information"))
+register(Family("sin_cos", "embedding", term=_sin_cos_term, settings=_TIMESCALE,
+                per_axis=True, description="sin/cos added to the embeddings (Vaswani et al.)"))
+register(Family("learned", "embedding", term=_learned_term, params=_learned_params,
+                settings={"learned_init_scale": 1.0}, floats=False,
+                description="a learned table of max_position rows"))
+register(Family("relative", "attention", scorer=_relative_scorer, params=_relative_params,
+                settings=_TIMESCALE, release_offsets=True, release_per_layer=True,
+                description="Transformer-XL relative logits (Dai et al.)"))
+register(Family("rope", "attention", scorer=_rope_scorer, settings=_TIMESCALE,
+                per_axis=True, release_per_layer=True,
+                description="rotary embeddings (Su et al.)"))
+register(Family("alibi", "attention", scorer=_alibi_scorer, release_offsets=True,
+                release_per_layer=True, description="linear biases (Press et al.)"))

@@ -1,0 +1,381 @@
+"""The paper's encoder-only Transformer (Haiku), taking positions as an argument.
+
+Architecture (Ruoss et al. 2023, Appendix A): token embedding without bias, scaled
+by sqrt(d_model); `num_layers` post-layer-norm blocks of multi-head attention and a
+ReLU feed-forward network of width `widening_factor * d_model`; dropout; a final
+linear layer on every position.
+
+Shape glossary: B batch, T sequence length, H heads, D head size,
+M d_model, V vocabulary (input ids), O output size, N num_layers.
+
+Encodings enter through their family (`randomized_pe.families`): the model creates
+the parameters a family declares and calls its pure `term` (added to the embeddings)
+or `scorer` (the attention logits); nothing here tests an encoding's name.
+compat="release" reproduces the original release: the behaviour record
+(`randomized_pe.release`) is resolved once, and each use is marked "release item k"
+(docs/release.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional
+
+import chex
+import haiku as hk
+import jax
+import jax.numpy as jnp
+
+from randomized_pe import attention as attn_lib
+from randomized_pe import encodings as enc
+from randomized_pe import families
+from randomized_pe import release as release_lib
+from randomized_pe import samplers as samplers_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderConfig:
+  """Hyperparameters of the encoder; defaults are the paper's.
+
+  Attributes:
+    vocab_size: number of input token ids (task symbols plus the empty token).
+    pe: positional encoding name (see `randomized_pe.families.names()`): a family,
+      or `randomized_<family>` (the family fed by the `randomized` sampler).
+    positions: the training sampler (`randomized_pe.samplers.names()`); "" takes
+      the encoding's (arange, or randomized for `randomized_<family>`).
+    eval_positions: the evaluation sampler; "" takes the training sampler's
+      evaluation default (for the built-in samplers: the training sampler itself).
+    num_layers, num_heads, d_model, widening_factor: architecture.
+    dropout_rate: dropout probability (0 disables dropout).
+    emb_init_scale: std (before truncation) of the truncated-normal token embedding init.
+    max_position: L, the range [0, L) sampled positions come from; also the number
+      of rows of a learned position table.
+    max_timescale: longest wavelength of sin/cos, RoPE and relative encodings.
+    learned_init_scale: std (before truncation) of the learned position table init
+      (1.0 is Haiku's hk.Embed default, used by the release).
+    compat: "paper" (default) or "release" (the original release's behaviour).
+    attention_chunk_rows: batch rows per attention chunk (see
+      `randomized_pe.attention`); None picks them for the backend (whole batch
+      on accelerators, cache-sized chunks on CPU). Changes speed, not results.
+  """
+
+  vocab_size: int
+  pe: str = "sin_cos"
+  positions: str = ""
+  eval_positions: str = ""
+  num_layers: int = 5
+  num_heads: int = 8
+  d_model: int = 64
+  widening_factor: int = 4
+  dropout_rate: float = 0.1
+  emb_init_scale: float = 0.02
+  max_position: int = 2048
+  max_timescale: float = enc.DEFAULT_MAX_TIMESCALE
+  learned_init_scale: float = 1.0
+  compat: str = "paper"
+  attention_chunk_rows: Optional[int] = None
+
+  def __post_init__(self):
+    encoding = families.get(self.pe)  # Validates the name.
+    behaviour = release_lib.resolve(self.compat)
+    for name, value, low in [("vocab_size", self.vocab_size, 1), ("num_layers", self.num_layers, 0),
+                             ("num_heads", self.num_heads, 1), ("d_model", self.d_model, 1),
+                             ("widening_factor", self.widening_factor, 1),
+                             ("max_position", self.max_position, 1)]:
+      if not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    if self.d_model % self.num_heads:
+      raise ValueError(
+          f"d_model={self.d_model} must be divisible by num_heads={self.num_heads}")
+    if self.d_model % 2 or (self.d_model // self.num_heads) % 2:
+      raise ValueError("d_model and the head size must be even for sin/cos and RoPE")
+    if self.attention_chunk_rows is not None and self.attention_chunk_rows < 1:
+      raise ValueError(f"attention_chunk_rows must be >= 1 or None, got {self.attention_chunk_rows}")
+    if not 0.0 <= self.dropout_rate < 1.0:
+      raise ValueError(f"dropout_rate must be in [0, 1), got {self.dropout_rate}")
+    for name in ("emb_init_scale", "learned_init_scale", "max_timescale"):
+      if not getattr(self, name) > 0:
+        raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+    for sampler in (self.train_sampler, self.eval_sampler):
+      if sampler.floats and not encoding.family.floats:
+        raise ValueError(
+            f"sampler {sampler.name!r} gives float positions, which {self.pe} cannot take "
+            f"(a table needs integers); families that take floats: "
+            f"{', '.join(families.families_accepting(floats=True))}")
+      families.release_sampler(encoding.family, sampler, behaviour)  # Raises if impossible.
+
+  @property
+  def encoding(self) -> families.Encoding:
+    return families.get(self.pe)
+
+  @property
+  def family(self) -> families.Family:
+    return self.encoding.family
+
+  @property
+  def behaviour(self) -> release_lib.Behaviour:
+    return release_lib.resolve(self.compat)
+
+  @property
+  def train_sampler(self) -> samplers_lib.Sampler:
+    return samplers_lib.get(self.positions or self.encoding.sampler)
+
+  @property
+  def eval_sampler(self) -> samplers_lib.Sampler:
+    if self.eval_positions:
+      return samplers_lib.get(self.eval_positions)
+    return samplers_lib.get(self.train_sampler.evaluation or self.train_sampler.name)
+
+  @property
+  def head_size(self) -> int:
+    return self.d_model // self.num_heads
+
+  @property
+  def context(self) -> families.Context:
+    """What the encoding family reads about this model."""
+    family = self.family
+    return families.Context(
+        d_model=self.d_model, num_heads=self.num_heads, head_size=self.head_size,
+        max_position=self.max_position,
+        settings={k: getattr(self, k, default) for k, default in family.settings.items()},
+        behaviour=self.behaviour, randomized=self.train_sampler.name != "arange")
+
+  def sample_positions(self, key: jax.Array, length, padded_length: Optional[int] = None,
+                       evaluation: bool = False) -> jax.Array:
+    """Positions for one batch: the one function training and evaluation use.
+
+    Args:
+      key: PRNG key of this batch.
+      length: T (a traced int is fine with padded_length).
+      padded_length: pad to this static size (see `randomized_pe.samplers`).
+      evaluation: use the evaluation sampler.
+
+    Returns:
+      [T] (or [padded_length]); [N, T] where the release draws per layer (release item 2).
+    """
+    sampler = self.eval_sampler if evaluation else self.train_sampler
+    family, behaviour = self.family, self.behaviour
+    sampler = families.release_sampler(family, sampler, behaviour)  # Release item 5.
+    if families.draws_per_layer(family, sampler, behaviour):  # Release item 2.
+      keys = jax.random.split(key, self.num_layers)
+      return jax.vmap(lambda k: sampler(k, length, self.max_position, padded_length))(keys)
+    return sampler(key, length, self.max_position, padded_length)
+
+
+def _get_params(specs: dict) -> dict:
+  """Creates a family's declared parameters in the current Haiku module."""
+  return {name: hk.get_parameter(
+      name, list(spec.shape),
+      init=lambda shape, dtype, spec=spec: spec.init(hk.next_rng_key(), tuple(shape), dtype))
+      for name, spec in specs.items()}
+
+
+class _Weight(hk.Module):
+  """The weight of a bias-free hk.Linear (same name, shape and initializer)."""
+
+  def __call__(self, input_size: int, output_size: int):
+    init = hk.initializers.TruncatedNormal(stddev=1.0 / math.sqrt(input_size))
+    return hk.get_parameter("w", [input_size, output_size], init=init)
+
+
+class MultiHeadAttention(hk.Module):
+  """Multi-head self-attention whose logits come from the encoding family's scorer."""
+
+  def __init__(self, config: EncoderConfig, name: Optional[str] = None):
+    super().__init__(name=name)
+    self._config = config
+
+  def __call__(self, x, positions, key_mask=None, num_queries=None):
+    """x: [B, T, M]; positions: [T]; key_mask: optional bool [B, T] -> [B, Tq, M].
+
+    num_queries: only the last Tq positions ask (default all T); all T answer.
+    """
+    config = self._config
+    batch, length, _ = x.shape
+    num_queries = length if num_queries is None else num_queries
+    heads, head_size = config.num_heads, config.head_size
+
+    size = heads * head_size
+    w_q, w_k, w_v = (_Weight(name=name)(x.shape[-1], size) for name in ("query", "key", "value"))
+    if num_queries == length:  # One product for the three projections.
+      q, k, v = jnp.split(x @ jnp.concatenate([w_q, w_k, w_v], axis=1), 3, axis=-1)
+    else:
+      q = x[:, length - num_queries:] @ w_q
+      k, v = jnp.split(x @ jnp.concatenate([w_k, w_v], axis=1), 2, axis=-1)
+    q, k, v = (y.reshape(batch, y.shape[1], heads, head_size) for y in (q, k, v))  # [B, T, H, D]
+    family = config.family
+    if family.acts == "attention":
+      ctx = config.context
+      score = family.scorer(positions, _get_params(family.params(ctx)), ctx, q.shape)
+    else:
+      score = attn_lib.dot_scores
+    out = attn_lib.attention(q, k, v, score, key_mask, chunk_rows=config.attention_chunk_rows)
+    return hk.Linear(config.d_model, with_bias=False, name="output")(
+        out.reshape(batch, num_queries, heads * head_size))
+
+
+def _layer_norm(x, name):
+  return hk.LayerNorm(axis=-1, create_scale=True, create_offset=True, name=name)(x)
+
+
+class Encoder(hk.Module):
+  """The encoder-only Transformer of the paper, returning logits on every position."""
+
+  def __init__(self, config: EncoderConfig, output_size: int, name: Optional[str] = None):
+    super().__init__(name=name)
+    self._config = config
+    self._output_size = output_size
+
+  def _positions(self, positions, length):
+    """Returns (positions for the embeddings [T], one position array per layer)."""
+    config = self._config
+    if positions is None:
+      positions = jnp.arange(length, dtype=jnp.int32)
+    positions = jnp.asarray(positions)
+    family = config.family
+    per_layer = config.behaviour.per_layer_positions and family.release_per_layer
+    if not family.floats and not jnp.issubdtype(positions.dtype, jnp.integer):
+      raise ValueError(f"{config.pe} needs integer positions, got {positions.dtype}")
+    if positions.shape == (length,):
+      return positions, [positions] * config.num_layers
+    if per_layer and positions.shape == (config.num_layers, length):
+      # Only attention encodings draw per layer, so the embeddings never use these.
+      return positions[0], [positions[i] for i in range(config.num_layers)]
+    if family.per_axis and positions.ndim == 2 and positions.shape[0] == length:
+      return positions, [positions] * config.num_layers
+    expected = f"[{length}]" + (f" or [{config.num_layers}, {length}]" if per_layer else "")
+    expected += f" or [{length}, k]" if family.per_axis else ""
+    raise ValueError(
+        f"positions must have shape {expected} for pe={config.pe!r}, "
+        f"compat={config.compat!r}; got {positions.shape}"
+    )
+
+  def __call__(self, tokens, positions=None, is_training: bool = False, key_mask=None,
+               num_outputs: Optional[int] = None):
+    """Logits for every position, or for the last `num_outputs`.
+
+    Args:
+      tokens: int [B, T] token ids in [0, vocab_size).
+      positions: [T] positions shared by the batch and all layers (None: 0..T-1);
+        [N, T] one row per layer where the release draws per layer; [T, k] per-axis
+        positions for families that take them.
+      is_training: enables dropout (compat="release" keeps it on regardless).
+      key_mask: optional bool [B, T]; False keys are ignored by attention
+        (padding).
+      num_outputs: only the logits of the last `num_outputs` positions (where
+        the tasks put their answers). The last layer then computes queries,
+        feed-forward and logits for those positions only: the same values as
+        slicing the full output, for less work.
+
+    Returns:
+      float32 [B, T, O], or [B, num_outputs, O].
+    """
+    config = self._config
+    chex.assert_rank(tokens, 2)
+    batch, length = tokens.shape
+    embedding_positions, layer_positions = self._positions(positions, length)
+    family, behaviour = config.family, config.behaviour
+    # Release item 3: dropout also at evaluation (the release has no switch).
+    dropout_on = config.dropout_rate > 0 and (is_training or behaviour.dropout_at_evaluation)
+
+    def dropout(x):
+      return hk.dropout(hk.next_rng_key(), config.dropout_rate, x) if dropout_on else x
+
+    embed = hk.Embed(
+        config.vocab_size, config.d_model,
+        w_init=hk.initializers.TruncatedNormal(config.emb_init_scale), name="embed",
+    )
+    # Scaling the [V, M] table rather than the [B, T, M] lookup: the same values.
+    h = jnp.asarray(embed.embeddings * math.sqrt(config.d_model))[(tokens,)]  # [B, T, M]
+    if family.acts == "embedding":
+      ctx = config.context
+      h = h + family.term(embedding_positions, _get_params(family.params(ctx)), ctx)[None]
+    # Release item 4: embedding dropout only after additive encodings.
+    if family.acts == "embedding" or not behaviour.embedding_dropout_needs_term:
+      h = dropout(h)
+
+    if num_outputs is not None and not 1 <= num_outputs <= length:
+      raise ValueError(f"num_outputs must be in [1, {length}], got {num_outputs}")
+    for layer in range(config.num_layers):
+      # Nothing after the last layer mixes positions: it needs only the outputs.
+      queries = num_outputs if layer == config.num_layers - 1 else None
+      attn = MultiHeadAttention(config, name=f"attention_{layer}")(
+          h, layer_positions[layer], key_mask, queries
+      )
+      if queries is not None:
+        h = h[:, length - queries:]
+      h = _layer_norm(h + dropout(attn), name=f"attention_norm_{layer}")
+      ff = hk.Linear(config.widening_factor * config.d_model, name=f"ffn_in_{layer}")(h)
+      ff = hk.Linear(config.d_model, name=f"ffn_out_{layer}")(jax.nn.relu(ff))
+      h = _layer_norm(h + dropout(ff), name=f"ffn_norm_{layer}")
+    return hk.Linear(self._output_size, name="logits")(h)  # [B, T, O]
+
+
+def make_encoder(config: EncoderConfig, output_size: int) -> hk.Transformed:
+  """Returns hk.transform of the encoder.
+
+  `init(rng, tokens, positions=None, is_training=False, key_mask=None, num_outputs=None)`
+  and `apply(params, rng, tokens, positions=None, is_training=False, key_mask=None,
+  num_outputs=None)` -> logits [B, T, output_size] ([B, num_outputs, output_size]).
+  `rng` may be None when no dropout runs (paper mode with is_training=False).
+  """
+  if output_size < 1:
+    raise ValueError(f"output_size must be >= 1, got {output_size}")
+
+  def forward(tokens, positions=None, is_training=False, key_mask=None, num_outputs=None):
+    return Encoder(config, output_size, name="encoder")(
+        tokens, positions, is_training, key_mask, num_outputs)
+
+  return hk.transform(forward)
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderModel:
+  """The encoder behind the model protocol of `randomized_pe.models`."""
+
+  config: EncoderConfig
+  output_size: int
+
+  def __post_init__(self):
+    object.__setattr__(self, "_net", make_encoder(self.config, self.output_size))
+
+  @property
+  def description(self) -> str:
+    c = self.config
+    return f"encoding {c.pe} ({c.compat} semantics)"
+
+  def init(self, key, tokens):
+    return self._net.init(key, tokens)
+
+  def apply(self, params, key, tokens, positions=None, *, is_training=False, key_mask=None,
+            num_outputs=None):
+    return self._net.apply(params, key, tokens, positions, is_training=is_training,
+                           key_mask=key_mask, num_outputs=num_outputs)
+
+  def sample_positions(self, key, length, *, padded_length=None, evaluation=False):
+    return self.config.sample_positions(key, length, padded_length, evaluation)
+
+  def attention_logits_per_sequence(self, length: int) -> int:
+    """Cost hint: attention logits one sequence of `length` tokens holds in one layer."""
+    return self.config.num_heads * length * length
+
+  def check_sequence_length(self, length: int, what: str = "") -> None:
+    """Sampled positions are distinct in [0, max_position): no longer sequences."""
+    if self.config.max_position < length:
+      raise ValueError(
+          f"model.max_position={self.config.max_position} is smaller than the longest "
+          f"sequence the model sees ({length} tokens" + (f": {what}" if what else "")
+          + f"); raise model.max_position to at least {length}")
+
+
+def from_config(config, vocab_size: int, output_size: int) -> EncoderModel:
+  """The encoder of a run's ml_collections config (`config.model`, the samplers)."""
+  m = config.model
+  return EncoderModel(EncoderConfig(
+      vocab_size=vocab_size, pe=m.pe, positions=config.training.positions,
+      eval_positions=config.evaluation.positions, num_layers=m.num_layers,
+      num_heads=m.num_heads, d_model=m.d_model, widening_factor=m.widening_factor,
+      dropout_rate=m.dropout_rate, emb_init_scale=m.emb_init_scale,
+      max_position=m.max_position, max_timescale=m.max_timescale,
+      learned_init_scale=m.learned_init_scale, compat=m.compat), output_size)
