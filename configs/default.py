@@ -67,4 +67,8 @@ def get_config(arg=None):
   config.grid.learning_rates = ()
 
   config.progress = True  # tqdm bar.
+  # Folder of JAX's persistent compilation cache, or "off"; "": the environment's
+  # RANDOMIZED_PE_COMPILATION_CACHE, else ~/.cache/randomized_pe/jax
+  # (experiments/compile_cache.py). Changes speed, never results.
+  config.compilation_cache = ""
   return config

@@ -31,10 +31,15 @@ class NonFiniteLossError(FloatingPointError):
   pass
 
 
+# Settings that change neither the models nor the results.
+_NOT_IDENTITY = ("progress", "compilation_cache")
+
+
 def _config_without_steps(config_dict: dict) -> dict:
   d = json.loads(json.dumps(config_dict))
   d.get("training", {}).pop("steps", None)
-  d.pop("progress", None)
+  for key in _NOT_IDENTITY:
+    d.pop(key, None)
   return d
 
 

@@ -69,10 +69,12 @@ def is_finished(job: Job) -> bool:
 
 def run_job(config_dict: dict, workdir: str) -> dict:
   """Trains and evaluates one job (resuming from its checkpoints); returns its scores."""
+  from experiments import compile_cache  # pylint: disable=import-outside-toplevel
   from experiments import loop  # pylint: disable=import-outside-toplevel
 
   config = ml_collections.ConfigDict(config_dict)
   config.progress = False
+  compile_cache.enable(config.get("compilation_cache", ""))  # Also on Ray workers.
   result = loop.train_and_evaluate(config, workdir)
   return {"job": f"{config.task}/{config.model.pe}",
           "unseen": [m["scores"]["unseen"] for m in result["models"]]}

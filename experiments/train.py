@@ -32,6 +32,7 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO.
   import jax  # pylint: disable=import-outside-toplevel
 
+  from experiments import compile_cache  # pylint: disable=import-outside-toplevel
   from experiments import loop  # pylint: disable=import-outside-toplevel
   from experiments import results  # pylint: disable=import-outside-toplevel
   from experiments import validation  # pylint: disable=import-outside-toplevel
@@ -53,12 +54,18 @@ def main(argv):
         f"{config.training.steps} steps on {jax.device_count()} {jax.default_backend()} "
         f"device(s); writing to {workdir}", flush=True)
   try:
+    compile_cache.enable(config.compilation_cache)
+  except OSError as e:
+    print(f"error: cannot use the compilation cache: {e}", file=sys.stderr)
+    sys.exit(2)
+  try:
     result = loop.train_and_evaluate(config, workdir)
   except (ValueError, loop.NonFiniteLossError) as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2 if isinstance(e, ValueError) else 1)
   print(results.summary_table(result))
   print(f"per-length accuracies: {os.path.join(workdir, 'eval.json')}")
+  print(compile_cache.summary())
 
 
 if __name__ == "__main__":

@@ -1,4 +1,27 @@
-"""Shared test settings: float32 everywhere, CPU, few threads."""
+"""Shared test settings: CPU, and one persistent compilation cache for the whole run.
+
+The cache lives in pytest's cache folder (.pytest_cache/d/jax-compilation-cache), so a
+second `make test` on the same checkout loads most programs instead of compiling them;
+with pytest's cache provider off, in a temporary folder for this run. Entry points that
+tests start as subprocesses inherit it through RANDOMIZED_PE_COMPILATION_CACHE. A test
+that needs its own cache sets that variable for its subprocess.
+"""
 import os
+import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+# Eager one-op programs (thousands in the reference implementations) are not written.
+_MIN_COMPILE_SECONDS = 0.2
+
+
+def pytest_configure(config):
+  from experiments import compile_cache  # pylint: disable=import-outside-toplevel
+
+  if compile_cache.resolve() is None:
+    return  # Turned off on purpose (RANDOMIZED_PE_COMPILATION_CACHE=off): leave it off.
+  cache = getattr(config, "cache", None)
+  folder = (str(cache.mkdir("jax-compilation-cache")) if cache is not None
+            else tempfile.mkdtemp(prefix="jax-compilation-cache-"))
+  os.environ[compile_cache.ENV] = folder
+  compile_cache.enable(folder, min_compile_seconds=_MIN_COMPILE_SECONDS)
