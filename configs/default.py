@@ -42,6 +42,10 @@ def get_config(arg=None):
   config.training.checkpoint_every = 10_000
   config.training.checkpoints_to_keep = 2
   config.training.prefetch = 4  # Batches generated ahead by a background thread.
+  # Training programs: 0 compiles one per training length (the paper's exact shapes);
+  # N > 0 pads each batch to one of at most N bucket sizes (the same loss and updates,
+  # fewer compilations; experiments/data.py).
+  config.training.max_programs = 0
   # The position sampler of training (randomized_pe.samplers.names(), e.g. "unsorted"
   # for the paper's Table 3); "": the encoding's own (arange, or randomized for
   # randomized_<family>).

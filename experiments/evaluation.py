@@ -20,42 +20,6 @@ import numpy as np
 from experiments import data
 
 
-def plan_buckets(sizes, max_buckets: int) -> list[int]:
-  """Bucket sizes (sorted) covering `sizes`, minimising the total padded cost sum(T_pad^2).
-
-  Exact dynamic programming over the sorted distinct sizes; a size goes to the
-  smallest bucket that holds it.
-  """
-  values = np.array(sorted(set(int(s) for s in sizes)), dtype=np.float64)
-  counts = np.array([sum(1 for s in sizes if s == v) for v in values], dtype=np.float64)
-  n = len(values)
-  k = max(1, min(max_buckets, n))
-  prefix = np.concatenate([[0.0], np.cumsum(counts)])
-  # best[j]: cost of covering values[:j] with the buckets so far; last choices in arg.
-  best = np.full(n + 1, np.inf)
-  best[0] = 0.0
-  choices = []
-  for _ in range(k):
-    new = np.full(n + 1, np.inf)
-    new[0] = 0.0
-    arg = np.zeros(n + 1, dtype=np.int64)
-    for j in range(1, n + 1):
-      # Last bucket covers values[i:j], padded to values[j-1].
-      i = np.arange(j)
-      cost = best[i] + (prefix[j] - prefix[i]) * values[j - 1] ** 2
-      arg[j] = int(np.argmin(cost))
-      new[j] = cost[arg[j]]
-    best = new
-    choices.append(arg)
-  buckets, j = [], n
-  for arg in reversed(choices):
-    if j == 0:
-      break
-    buckets.append(int(values[j - 1]))
-    j = arg[j]
-  return sorted(set(buckets))
-
-
 @dataclasses.dataclass
 class RangeEvaluator:
   """Evaluates a model (protocol of `randomized_pe.models`) over a range of lengths.
@@ -99,22 +63,16 @@ class RangeEvaluator:
 
   def _plan(self, lengths, batch_size: int, max_buckets: int):
     """Per length: (padded T, padded O, chunk); programs are the distinct triples."""
-    task = self.task
-    sizes = {n: data.sequence_length(task, n) for n in lengths}
-    buckets = plan_buckets(list(sizes.values()), max_buckets)
-    bucket_of = {n: min(b for b in buckets if b >= sizes[n]) for n in lengths}
-    out_padded = {b: max(task.output_length(n) for n in lengths if bucket_of[n] == b)
-                  for b in buckets}
+    shapes = data.bucket_shapes(self.task, lengths, max_buckets)
     plan = {}
-    for n in lengths:
-      padded = bucket_of[n]
+    for n, (padded, out_padded) in shapes.items():
       per_row = self.model.attention_logits_per_sequence(padded)
       chunk = int(max(1, min(batch_size, self.max_logits // per_row)))
       if self.batch_sharding is not None:
         devices = self.batch_sharding.mesh.size
         chunk = max(devices, chunk // devices * devices)
-      plan[n] = (padded, out_padded[padded], chunk)
-    return plan, buckets
+      plan[n] = (padded, out_padded, chunk)
+    return plan, sorted({padded for padded, _ in shapes.values()})
 
   def program_shapes(self, lengths, batch_size: int, max_buckets: int) -> list:
     """The distinct (T, O, chunk) shapes, one compiled program each, for these lengths."""

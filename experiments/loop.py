@@ -85,8 +85,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   records = [r for r in io_utils.read_jsonl(metrics_path) if r["step"] <= start]
 
   num_models = trainer.num_models
-  prefetch = data.Prefetcher(lambda s: data.data_for_step(task, config, s), start, t.steps,
-                             t.prefetch, trainer.place)
+  shapes = data.training_shapes(task, config)  # None: one program per training length.
+  prefetch = data.Prefetcher(lambda s: data.data_for_step(task, config, s, shapes), start,
+                             t.steps, t.prefetch, trainer.place)
   bar = tqdm.tqdm(total=t.steps, initial=start, unit="step", disable=not config.progress,
                   dynamic_ncols=True, desc=f"{config.task} / {config.model.pe}"
                   + (f" x {num_models} models" if num_models > 1 else ""))

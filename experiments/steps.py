@@ -66,23 +66,42 @@ def grid_members(config: ml_collections.ConfigDict) -> list[tuple[int, float]]:
 
 
 def loss_and_accuracy(model, params, key, batch, positions, is_training=True):
-  """Mean cross-entropy over all output tokens (as the release) and masked accuracy."""
-  # The answers are the last O positions; the model computes only their logits.
-  out = model.apply(params, key, batch["tokens"], positions, is_training=is_training,
-                    num_outputs=batch["targets"].shape[1])  # [B, O, C]
+  """Mean cross-entropy over all output tokens (as the release) and masked accuracy.
+
+  The batch may be padded (`experiments.data.pad_batch`): its true sizes come from
+  sequence_length and output_length, padded keys are masked out of attention and
+  padded outputs out of the loss and the accuracy, so a padded batch gives the same
+  loss and gradients as the unpadded one.
+  """
+  tokens, targets = batch["tokens"], batch["targets"]  # [B, T], [B, O]
+  sequence_length = batch["sequence_length"][0]
+  output_length = batch["output_length"][0]
+  key_mask = jnp.broadcast_to(jnp.arange(tokens.shape[1])[None, :] < sequence_length,
+                              tokens.shape)
+  # The answers follow the input; the model computes only their logits.
+  out = model.apply(params, key, tokens, positions, is_training=is_training, key_mask=key_mask,
+                    num_outputs=targets.shape[1],
+                    outputs_from=sequence_length - output_length)  # [B, O, C]
+  valid = jnp.arange(targets.shape[1])[None, :] < output_length  # [1, O]
   log_probs = jax.nn.log_softmax(out)
-  nll = -jnp.take_along_axis(log_probs, batch["targets"][..., None], axis=-1)[..., 0]
-  correct = (jnp.argmax(out, axis=-1) == batch["targets"]) & batch["mask"]
-  return jnp.mean(nll), jnp.sum(correct) / jnp.maximum(jnp.sum(batch["mask"]), 1)
+  nll = -jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
+  loss = jnp.sum(jnp.where(valid, nll, 0.0)) / (targets.shape[0] * output_length)
+  correct = (jnp.argmax(out, axis=-1) == targets) & batch["mask"] & valid
+  return loss, jnp.sum(correct) / jnp.maximum(jnp.sum(batch["mask"] & valid), 1)
 
 
 def make_train_step(model, optimizer, seed):
-  """Returns the pure train_step(state, batch) -> (state, metrics); `seed` may be traced."""
+  """Returns the pure train_step(state, batch) -> (state, metrics); `seed` may be traced.
+
+  One program serves every batch of one padded shape: positions are drawn for the
+  batch's true length (the padded draw's prefix is the unpadded draw).
+  """
 
   def train_step(state: TrainState, batch):
     key = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(seed), _MODEL), state.step)
     pos_key, dropout_key = jax.random.split(key)
-    positions = model.sample_positions(pos_key, batch["tokens"].shape[1])
+    positions = model.sample_positions(pos_key, batch["sequence_length"][0],
+                                       padded_length=batch["tokens"].shape[1])
 
     def loss_fn(params):
       return loss_and_accuracy(model, params, dropout_key, batch, positions)

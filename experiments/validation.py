@@ -20,6 +20,9 @@ def validate(config: ml_collections.ConfigDict, device_count: int = 1) -> None:
                       ("evaluation.max_buckets", e.max_buckets)]:
     if value < 1:
       raise ValueError(f"{name} must be >= 1, got {value}")
+  if t.max_programs < 0:
+    raise ValueError(f"training.max_programs must be >= 0 (0: one per length), "
+                     f"got {t.max_programs}")
   for prefix, lo, hi in [("training", t.min_length, t.max_length),
                          ("evaluation", e.min_length, e.max_length)]:
     if not 1 <= lo <= hi:

@@ -210,11 +210,16 @@ def toeplitz(values_by_offset) -> jax.Array:
   return values_by_offset[..., _offset_index(values_by_offset.shape[-1])]
 
 
-def _offset_index(num_offsets: int, num_queries=None):
-  """[Tq, T] index d + T - 1 of offset d = j - i for the last Tq (default all) of T queries."""
+def _offset_index(num_offsets: int, num_queries=None, query_start=None):
+  """[Tq, T] index d + T - 1 of offset d = j - i for Tq (default all) of T queries.
+
+  The queries are rows [query_start, query_start + Tq) (default: the last Tq);
+  query_start may be traced.
+  """
   length = (num_offsets + 1) // 2
   num_queries = length if num_queries is None else num_queries
-  rows = jnp.arange(length - num_queries, length)
+  start = length - num_queries if query_start is None else query_start
+  rows = start + jnp.arange(num_queries)
   return jnp.arange(length)[None, :] - rows[:, None] + length - 1
 
 
@@ -253,15 +258,15 @@ def relative_key_table(positions, kernel: jax.Array,
 
 def relative_key_table_toeplitz(offset_positions, kernel: jax.Array,
                                 max_timescale: float = DEFAULT_MAX_TIMESCALE,
-                                num_queries=None) -> jax.Array:
+                                num_queries=None, query_start=None) -> jax.Array:
   """Like `relative_key_table` when the encoding depends only on j - i: float32[Tq, T, H, D].
 
   table[i, j, h] = W_h^T sinusoid(offset_positions[j - i + T - 1]); see
   `relative_logits_toeplitz` for the meaning of offset_positions. With
-  num_queries, only the rows of the last Tq queries.
+  num_queries, only the rows of Tq queries from query_start (default: the last Tq).
   """
   rel_keys = _offset_keys(offset_positions, kernel, max_timescale)  # [2T-1, H, D]
-  return rel_keys[_offset_index(rel_keys.shape[0], num_queries)]
+  return rel_keys[_offset_index(rel_keys.shape[0], num_queries, query_start)]
 
 
 def relative_logits_from_table(queries: jax.Array, table: jax.Array) -> jax.Array:
@@ -341,7 +346,7 @@ def relative_logits(
 
 def relative_logits_toeplitz(
     queries: jax.Array, offset_positions, kernel: jax.Array,
-    max_timescale: float = DEFAULT_MAX_TIMESCALE,
+    max_timescale: float = DEFAULT_MAX_TIMESCALE, query_start=None,
 ) -> jax.Array:
   """Transformer-XL positional logits when the encoding depends only on j - i.
 
@@ -351,16 +356,17 @@ def relative_logits_toeplitz(
   difference of positions (see `release_relative_positions`).
 
   Args:
-    queries: [B, T, H, D], or [B, Tq, H, D] for the last Tq of T positions.
+    queries: [B, T, H, D], or [B, Tq, H, D] for Tq of T positions.
     offset_positions: [2T - 1] position fed to the sinusoid for each offset.
     kernel: [R, H, D].
+    query_start: the position of the first query (default: the last Tq; may be traced).
 
   Returns:
     float32[B, H, Tq, T].
   """
   rel_keys = _offset_keys(offset_positions, kernel, max_timescale)  # [2T-1, H, D]
   per_offset = jnp.einsum("bthd,ohd->bhto", queries, rel_keys)  # [B, H, Tq, 2T-1]
-  index = _offset_index(rel_keys.shape[0], queries.shape[1])  # [Tq, T]
+  index = _offset_index(rel_keys.shape[0], queries.shape[1], query_start)  # [Tq, T]
   return jnp.take_along_axis(per_offset, index[None, None], axis=-1)
 
 

@@ -24,12 +24,13 @@ M d_model):
   params(ctx) -> {name: ParamSpec}             parameters the family needs
   term(positions [T], params, ctx) -> [T, M]   embedding families: added to the
                                                token embeddings
-  scorer(positions [T], params, ctx, query_shape (B, Tq, H, D)) -> score_fn(q, k)
-                                               attention families: score_fn maps
-                                               queries [b, Tq, H, D] (the last Tq
-                                               positions) and keys [b, T, H, D] to
-                                               logits [b, H, Tq, T], already scaled
-                                               by 1/sqrt(D)
+  scorer(positions [T], params, ctx, query_shape (B, Tq, H, D), query_start)
+      -> score_fn(q, k)                        attention families: score_fn maps
+                                               queries [b, Tq, H, D] (the positions
+                                               query_start .. query_start + Tq - 1;
+                                               query_start may be traced) and keys
+                                               [b, T, H, D] to logits [b, H, Tq, T],
+                                               already scaled by 1/sqrt(D)
 """
 
 from __future__ import annotations
@@ -167,6 +168,11 @@ def draws_per_layer(family: Family, sampler: samplers_lib.Sampler,
 # The families' computations.
 
 
+def query_rows(x, query_start, num_queries: int, axis: int = 0):
+  """Rows [query_start, query_start + num_queries) of x along `axis` (start may be traced)."""
+  return jax.lax.dynamic_slice_in_dim(x, query_start, num_queries, axis=axis)
+
+
 def _sin_cos_term(positions, params, ctx: Context):
   del params
   return enc.sinusoid(positions, ctx.d_model, ctx.settings["max_timescale"],
@@ -183,11 +189,11 @@ def _learned_term(positions, params, ctx: Context):
   return enc.learned_lookup(params["position_table"], positions)
 
 
-def _rope_scorer(positions, params, ctx: Context, query_shape):
+def _rope_scorer(positions, params, ctx: Context, query_shape, query_start):
   del params
   timescale = ctx.settings["max_timescale"]
   per_axis = jnp.ndim(positions) == 2
-  query_positions = positions[positions.shape[0] - query_shape[1]:]
+  query_positions = query_rows(positions, query_start, query_shape[1])
 
   def score(q, k):
     return attn_lib.dot_scores(enc.apply_rope(q, query_positions, timescale, per_axis=per_axis),
@@ -196,7 +202,7 @@ def _rope_scorer(positions, params, ctx: Context, query_shape):
   return score
 
 
-def _alibi_scorer(positions, params, ctx: Context, query_shape):
+def _alibi_scorer(positions, params, ctx: Context, query_shape, query_start):
   del params
   slopes = enc.alibi_slopes(query_shape[2])
   if ctx.behaviour.offset_tables:
@@ -204,7 +210,7 @@ def _alibi_scorer(positions, params, ctx: Context, query_shape):
     bias = enc.alibi_bias_from_distances(enc.toeplitz(enc.signed_offsets(positions)), slopes)
   else:
     bias = enc.alibi_bias(positions, positions, slopes)
-  bias = bias[:, bias.shape[1] - query_shape[1]:]  # The last Tq query rows.
+  bias = query_rows(bias, query_start, query_shape[1], axis=1)  # [H, Tq, T]
   return lambda q, k: attn_lib.dot_scores(q, k) + bias[None]
 
 
@@ -223,10 +229,9 @@ def _relative_params(ctx: Context) -> dict:
   }
 
 
-def _relative_scorer(positions, params, ctx: Context, query_shape):
+def _relative_scorer(positions, params, ctx: Context, query_shape, query_start):
   batch, num_queries, num_heads, head_size = query_shape
   length = positions.shape[0]
-  first_query = length - num_queries
   timescale = ctx.settings["max_timescale"]
   content_bias, relative_bias = params["content_bias"], params["relative_bias"]
   rel_dim = params["relative_kernel"].shape[0]
@@ -241,18 +246,20 @@ def _relative_scorer(positions, params, ctx: Context, query_shape):
     else:
       offset_positions = enc.signed_offsets(positions)
     if pairwise:
-      table = enc.relative_key_table_toeplitz(offset_positions, kernel, timescale, num_queries)
+      table = enc.relative_key_table_toeplitz(offset_positions, kernel, timescale, num_queries,
+                                              query_start)
       relative = lambda q: enc.relative_logits_from_table(q, table)
     else:
-      relative = lambda q: enc.relative_logits_toeplitz(q, offset_positions, kernel, timescale)
+      relative = lambda q: enc.relative_logits_toeplitz(q, offset_positions, kernel, timescale,
+                                                        query_start)
   elif pairwise:
     table = enc.relative_key_table(  # Once per batch and layer.
-        positions, kernel, timescale, positions[first_query:])
+        positions, kernel, timescale, query_rows(positions, query_start, num_queries))
     relative = lambda q: enc.relative_logits_from_table(q, table)
   else:
     relative = lambda q: enc.relative_logits(
         q, positions, kernel, timescale, method="factorized",
-        query_positions=positions[first_query:])
+        query_positions=query_rows(positions, query_start, num_queries))
   scale = 1.0 / math.sqrt(head_size)
 
   def score(q, k):

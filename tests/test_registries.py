@@ -163,10 +163,10 @@ def _distance_params(ctx):
   return {"slopes": families.ParamSpec((ctx.num_heads,), jax.nn.initializers.ones)}
 
 
-def _distance_scorer(positions, params, ctx, query_shape):
+def _distance_scorer(positions, params, ctx, query_shape, query_start):
   """A learned per-head penalty on |p_j - p_i| (ALiBi with learned slopes)."""
   del ctx
-  queries = positions[positions.shape[0] - query_shape[1]:]
+  queries = families.query_rows(positions, query_start, query_shape[1])
   distance = jnp.abs(positions[None, :] - queries[:, None])  # [Tq, T]
   bias = -params["slopes"][:, None, None] * distance[None]
   return lambda q, k: attn_lib.dot_scores(q, k) + bias[None]

@@ -142,9 +142,9 @@ def test_evaluation_compiles_at_most_one_program_per_bucket():
 
 def test_plan_buckets_is_optimal_on_a_small_case():
   sizes = [2, 3, 4, 10, 11, 12]
-  assert evaluation.plan_buckets(sizes, 2) == [4, 12]
-  assert evaluation.plan_buckets(sizes, 10) == sizes
-  assert evaluation.plan_buckets(sizes, 1) == [12]
+  assert data.plan_buckets(sizes, 2) == [4, 12]
+  assert data.plan_buckets(sizes, 10) == sizes
+  assert data.plan_buckets(sizes, 1) == [12]
 
 
 def test_training_compiles_one_program_per_length(tmp_path, monkeypatch):

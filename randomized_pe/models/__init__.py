@@ -26,8 +26,9 @@ class Model(Protocol):
 
   def apply(self, params, key: Optional[jax.Array], tokens: jax.Array, positions=None, *,
             is_training: bool = False, key_mask: Optional[jax.Array] = None,
-            num_outputs: Optional[int] = None) -> jax.Array:
-    """Logits [B, T, C], or [B, num_outputs, C] for the last num_outputs positions.
+            num_outputs: Optional[int] = None, outputs_from=None) -> jax.Array:
+    """Logits [B, T, C], or [B, num_outputs, C] for num_outputs positions from
+    outputs_from (default: the last ones; may be traced).
 
     key_mask (bool [B, T]) hides padded keys; positions come from `sample_positions`.
     """

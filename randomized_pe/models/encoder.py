@@ -186,14 +186,16 @@ class MultiHeadAttention(hk.Module):
     super().__init__(name=name)
     self._config = config
 
-  def __call__(self, x, positions, key_mask=None, num_queries=None):
+  def __call__(self, x, positions, key_mask=None, num_queries=None, query_start=None):
     """x: [B, T, M]; positions: [T]; key_mask: optional bool [B, T] -> [B, Tq, M].
 
-    num_queries: only the last Tq positions ask (default all T); all T answer.
+    num_queries: only Tq positions ask (default all T), from query_start (default
+    the last Tq; may be traced); all T answer.
     """
     config = self._config
     batch, length, _ = x.shape
     num_queries = length if num_queries is None else num_queries
+    query_start = length - num_queries if query_start is None else query_start
     heads, head_size = config.num_heads, config.head_size
 
     size = heads * head_size
@@ -201,13 +203,14 @@ class MultiHeadAttention(hk.Module):
     if num_queries == length:  # One product for the three projections.
       q, k, v = jnp.split(x @ jnp.concatenate([w_q, w_k, w_v], axis=1), 3, axis=-1)
     else:
-      q = x[:, length - num_queries:] @ w_q
+      q = families.query_rows(x, query_start, num_queries, axis=1) @ w_q
       k, v = jnp.split(x @ jnp.concatenate([w_k, w_v], axis=1), 2, axis=-1)
     q, k, v = (y.reshape(batch, y.shape[1], heads, head_size) for y in (q, k, v))  # [B, T, H, D]
     family = config.family
     if family.acts == "attention":
       ctx = config.context
-      score = family.scorer(positions, _get_params(family.params(ctx)), ctx, q.shape)
+      score = family.scorer(positions, _get_params(family.params(ctx)), ctx, q.shape,
+                            query_start)
     else:
       score = attn_lib.dot_scores
     out = attn_lib.attention(q, k, v, score, key_mask, chunk_rows=config.attention_chunk_rows)
@@ -252,7 +255,7 @@ class Encoder(hk.Module):
     )
 
   def __call__(self, tokens, positions=None, is_training: bool = False, key_mask=None,
-               num_outputs: Optional[int] = None):
+               num_outputs: Optional[int] = None, outputs_from=None):
     """Logits for every position, or for the last `num_outputs`.
 
     Args:
@@ -263,10 +266,13 @@ class Encoder(hk.Module):
       is_training: enables dropout (compat="release" keeps it on regardless).
       key_mask: optional bool [B, T]; False keys are ignored by attention
         (padding).
-      num_outputs: only the logits of the last `num_outputs` positions (where
-        the tasks put their answers). The last layer then computes queries,
-        feed-forward and logits for those positions only: the same values as
-        slicing the full output, for less work.
+      num_outputs: only the logits of `num_outputs` positions (where the tasks
+        put their answers). The last layer then computes queries, feed-forward
+        and logits for those positions only: the same values as slicing the full
+        output, for less work.
+      outputs_from: the first of those positions (default: the last
+        `num_outputs`); may be traced, so padded batches of different lengths
+        share one program.
 
     Returns:
       float32 [B, T, O], or [B, num_outputs, O].
@@ -279,8 +285,17 @@ class Encoder(hk.Module):
     # Release item 3: dropout also at evaluation (the release has no switch).
     dropout_on = config.dropout_rate > 0 and (is_training or behaviour.dropout_at_evaluation)
 
-    def dropout(x):
-      return hk.dropout(hk.next_rng_key(), config.dropout_rate, x) if dropout_on else x
+    def dropout(x):  # [B, T, M]
+      if not dropout_on:
+        return x
+      # Drawn position-major, [T, B, M]: the mask of a position does not depend on how
+      # many positions follow it, so a padded batch drops exactly what the unpadded
+      # batch drops (with JAX's partitionable threefry, a draw of a shape is a prefix
+      # of the draw of a longer one).
+      keep_rate = 1.0 - config.dropout_rate
+      keep = jax.random.bernoulli(hk.next_rng_key(), keep_rate,
+                                  (x.shape[1], x.shape[0], x.shape[2]))
+      return jnp.where(jnp.swapaxes(keep, 0, 1), x / keep_rate, 0.0)
 
     embed = hk.Embed(
         config.vocab_size, config.d_model,
@@ -297,14 +312,18 @@ class Encoder(hk.Module):
 
     if num_outputs is not None and not 1 <= num_outputs <= length:
       raise ValueError(f"num_outputs must be in [1, {length}], got {num_outputs}")
+    if num_outputs is not None and outputs_from is None:
+      outputs_from = length - num_outputs
+    if isinstance(outputs_from, int) and not 0 <= outputs_from <= length - num_outputs:
+      raise ValueError(f"outputs_from must be in [0, {length - num_outputs}], got {outputs_from}")
     for layer in range(config.num_layers):
       # Nothing after the last layer mixes positions: it needs only the outputs.
       queries = num_outputs if layer == config.num_layers - 1 else None
       attn = MultiHeadAttention(config, name=f"attention_{layer}")(
-          h, layer_positions[layer], key_mask, queries
+          h, layer_positions[layer], key_mask, queries, outputs_from if queries else None
       )
       if queries is not None:
-        h = h[:, length - queries:]
+        h = families.query_rows(h, outputs_from, queries, axis=1)
       h = _layer_norm(h + dropout(attn), name=f"attention_norm_{layer}")
       ff = hk.Linear(config.widening_factor * config.d_model, name=f"ffn_in_{layer}")(h)
       ff = hk.Linear(config.d_model, name=f"ffn_out_{layer}")(jax.nn.relu(ff))
@@ -315,17 +334,18 @@ class Encoder(hk.Module):
 def make_encoder(config: EncoderConfig, output_size: int) -> hk.Transformed:
   """Returns hk.transform of the encoder.
 
-  `init(rng, tokens, positions=None, is_training=False, key_mask=None, num_outputs=None)`
-  and `apply(params, rng, tokens, positions=None, is_training=False, key_mask=None,
-  num_outputs=None)` -> logits [B, T, output_size] ([B, num_outputs, output_size]).
+  `init(rng, tokens, positions=None, is_training=False, key_mask=None, num_outputs=None,
+  outputs_from=None)` and `apply(params, rng, tokens, ...the same)` -> logits
+  [B, T, output_size] ([B, num_outputs, output_size]).
   `rng` may be None when no dropout runs (paper mode with is_training=False).
   """
   if output_size < 1:
     raise ValueError(f"output_size must be >= 1, got {output_size}")
 
-  def forward(tokens, positions=None, is_training=False, key_mask=None, num_outputs=None):
+  def forward(tokens, positions=None, is_training=False, key_mask=None, num_outputs=None,
+              outputs_from=None):
     return Encoder(config, output_size, name="encoder")(
-        tokens, positions, is_training, key_mask, num_outputs)
+        tokens, positions, is_training, key_mask, num_outputs, outputs_from)
 
   return hk.transform(forward)
 
@@ -349,9 +369,10 @@ class EncoderModel:
     return self._net.init(key, tokens)
 
   def apply(self, params, key, tokens, positions=None, *, is_training=False, key_mask=None,
-            num_outputs=None):
+            num_outputs=None, outputs_from=None):
     return self._net.apply(params, key, tokens, positions, is_training=is_training,
-                           key_mask=key_mask, num_outputs=num_outputs)
+                           key_mask=key_mask, num_outputs=num_outputs,
+                           outputs_from=outputs_from)
 
   def sample_positions(self, key, length, *, padded_length=None, evaluation=False):
     return self.config.sample_positions(key, length, padded_length, evaluation)
