@@ -122,7 +122,7 @@ def test_release_randomized_relative_scorer_uses_the_clamped_lookup():
     keys = jax.random.split(jax.random.PRNGKey(1), 3)
     params = {name: spec.init(k, spec.shape, jnp.float32)
               for k, (name, spec) in zip(keys, family.params(ctx).items())}
-    return np.asarray(family.scorer(positions, params, ctx, zeros.shape)(zeros, zeros))[0]
+    return np.asarray(family.scorer(positions, params, ctx, zeros.shape, 0)(zeros, zeros))[0]
 
   release = scores(config, config.sample_positions(jax.random.PRNGKey(6), 6)[0])
   for i in range(6):
