@@ -8,7 +8,7 @@ import tasks
 from experiments import data
 from experiments import loop
 from experiments import steps
-from tests.test_training import tiny_config
+from tests.test_training import count_step_traces, tiny_config
 
 
 def _flat(tree):
@@ -108,18 +108,7 @@ def test_bucket_shapes_cover_every_length_with_at_most_the_asked_programs():
 
 
 def test_training_over_lengths_1_to_40_compiles_at_most_max_programs(tmp_path, monkeypatch):
-  traces = []
-  original = steps.make_train_step
-
-  def counting(*args, **kwargs):
-    step = original(*args, **kwargs)
-
-    def wrapped(state, batch):
-      traces.append(batch["tokens"].shape)
-      return step(state, batch)
-    return wrapped
-
-  monkeypatch.setattr(steps, "make_train_step", counting)
+  traces = count_step_traces(monkeypatch)
   config = tiny_config(steps=16, max_length=40, log_every=16, checkpoint_every=16,
                        max_programs=2)
   config.model.max_position = 128

@@ -147,7 +147,8 @@ def test_plan_buckets_is_optimal_on_a_small_case():
   assert data.plan_buckets(sizes, 1) == [12]
 
 
-def test_training_compiles_one_program_per_length(tmp_path, monkeypatch):
+def count_step_traces(monkeypatch) -> list:
+  """The batch shapes the training step is traced with (one entry per compiled program)."""
   traces = []
   original = steps.make_train_step
 
@@ -160,6 +161,11 @@ def test_training_compiles_one_program_per_length(tmp_path, monkeypatch):
     return wrapped
 
   monkeypatch.setattr(steps, "make_train_step", counting)
+  return traces
+
+
+def test_training_compiles_one_program_per_length(tmp_path, monkeypatch):
+  traces = count_step_traces(monkeypatch)
   config = tiny_config(steps=40, max_length=8, log_every=40, checkpoint_every=40)
   config.evaluation.max_length = 2
   loop.train_and_evaluate(config, str(tmp_path / "run"))
