@@ -4,13 +4,15 @@
 paper's protocol and writes
   workdir/config.json       the resolved config
   workdir/metrics.jsonl     one record per log interval (step, loss, accuracy, steps/s)
-  workdir/checkpoints/      orbax checkpoints every `checkpoint_every` steps
+  workdir/checkpoints/      orbax checkpoints every `checkpoint_every` steps (and at a
+                            stop request), with the partial metrics of their log interval
   workdir/eval.json         per-length accuracies and the scores (experiments.results)
-and resumes from the last checkpoint when run again with the same workdir.
+  workdir/.lock             held while a process trains there (experiments/workdir.py)
+and resumes from the newest readable checkpoint when run again with the same workdir
+(experiments/checkpoints.py); a workdir holding another run is refused.
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -19,70 +21,117 @@ import ml_collections
 import numpy as np
 
 import tasks as tasks_lib
+from experiments import checkpoints
 from experiments import data
 from experiments import evaluation
 from experiments import io_utils
 from experiments import results
 from experiments import steps
+from experiments import stopping
 from experiments import validation
+from experiments import workdir as workdir_lib
 
 
 class NonFiniteLossError(FloatingPointError):
   pass
 
 
-# Settings that change neither the models nor the results.
-_NOT_IDENTITY = ("progress", "compilation_cache")
+class MetricsInterval:
+  """The metrics of the current log interval, summed in float64 in step order.
+
+  At a log step the record is the mean over the interval; a checkpoint inside an
+  interval saves the partial sums (`carry`), so that a resumed run writes the same
+  records as an uninterrupted one. Device arrays are only read at log and checkpoint
+  steps, so steps are not synchronised with the host in between.
+  """
+
+  def __init__(self, carry: dict | None = None):
+    self._reset(carry or {})
+
+  def _reset(self, carry: dict) -> None:
+    self.count = int(carry.get("count", 0))
+    self.sums = {k: np.asarray(v, np.float64) for k, v in carry.get("sums", {}).items()}
+    self.pending = []
+    self.started, self.timed_steps = time.perf_counter(), 0
+
+  def add(self, metrics) -> None:
+    self.pending.append(metrics)
+    self.timed_steps += 1
+
+  def _fold(self) -> None:
+    for metrics in self.pending:
+      for k, v in metrics.items():
+        self.sums[k] = self.sums.get(k, np.float64(0.0)) + np.asarray(v, np.float64)
+      self.count += 1
+    self.pending = []
+
+  def carry(self) -> dict:
+    self._fold()
+    return {"count": self.count, "sums": {k: v.tolist() for k, v in self.sums.items()}}
+
+  def record(self, step: int, unwrap, end_interval: bool = True) -> dict:
+    """The mean over the interval so far; a record at the end of a run that is not at a
+    log step keeps the interval open, so that continuing the run averages it whole."""
+    self._fold()
+    record = {"step": step, **{k: unwrap((v / self.count).tolist())
+                               for k, v in self.sums.items()},
+              "steps_per_second": self.timed_steps / (time.perf_counter() - self.started)}
+    if end_interval:
+      self._reset({})
+    return record
 
 
-def _config_without_steps(config_dict: dict) -> dict:
-  d = json.loads(json.dumps(config_dict))
-  d.get("training", {}).pop("steps", None)
-  for key in _NOT_IDENTITY:
-    d.pop(key, None)
-  return d
-
-
-def _checkpoint_manager(workdir: str, max_to_keep=None):
-  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
-  return ocp.CheckpointManager(
-      os.path.join(workdir, "checkpoints"),
-      options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True))
+def _check_start(workdir: str, config: ml_collections.ConfigDict, saved_steps) -> None:
+  """Refuses (ValueError, before anything is written) a workdir holding another run, or
+  a checkpoint beyond the configured steps."""
+  workdir_lib.check_identity(workdir, config.to_dict(), bool(saved_steps))
+  if saved_steps and saved_steps[-1] > config.training.steps:
+    raise ValueError(
+        f"{workdir} has a checkpoint at step {saved_steps[-1]}, beyond "
+        f"training.steps={config.training.steps}; set training.steps to at least "
+        f"{saved_steps[-1]} (its models are trained that far) or use another --workdir")
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Trains every model of the grid (one model by default), resuming from workdir,
-  evaluates them, and returns the eval results (also written to workdir/eval.json)."""
-  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
-  import tqdm  # pylint: disable=import-outside-toplevel
+  evaluates them, and returns the eval results (also written to workdir/eval.json).
 
+  Raises ValueError for bad settings or a workdir holding another run (nothing written),
+  WorkdirBusy if another process trains there, StorageError for operating-system
+  errors, stopping.Interrupted after saving on SIGINT/SIGTERM, NonFiniteLossError.
+  """
   devices = jax.devices()
   validation.validate(config, len(devices))
   task = tasks_lib.get(config.task)
+  workdir = os.path.abspath(workdir)
+  store = checkpoints.Checkpoints(workdir, config.training.checkpoints_to_keep)
+  _check_start(workdir, config, store.steps())
+  with workdir_lib.locked(workdir):
+    _check_start(workdir, config, store.steps())  # Again: it may have changed meanwhile.
+    try:
+      return _train_and_evaluate(config, task, workdir, store, devices)
+    finally:
+      store.close()
+
+
+def _train_and_evaluate(config, task, workdir, store, devices) -> dict:
+  import tqdm  # pylint: disable=import-outside-toplevel
+
   trainer = steps.build_trainer(config, task, devices)
   t = config.training
+  io_utils.write_json(os.path.join(workdir, workdir_lib.CONFIG_FILE), config.to_dict())
 
-  # Workdir and config (refuse to mix two different runs in one folder).
-  workdir = os.path.abspath(workdir)
-  config_path = os.path.join(workdir, "config.json")
-  config_dict = config.to_dict()
-  if os.path.exists(config_path):
-    with open(config_path) as f:
-      previous = json.load(f)
-    if _config_without_steps(previous) != _config_without_steps(config_dict):
-      raise ValueError(f"{workdir} holds a run with a different config; "
-                       "use another --workdir or the same config")
-  os.makedirs(workdir, exist_ok=True)
-  io_utils.write_json(config_path, config_dict)
-
-  manager = _checkpoint_manager(workdir, t.checkpoints_to_keep)
-  start = 0
-  if manager.latest_step() is not None:
-    start = manager.latest_step()
-    trainer.set_state(manager.restore(start, args=ocp.args.StandardRestore(trainer.state)))
+  start, carry = 0, {}
+  restored = store.restore_latest(trainer.state)
+  if restored is not None:
+    start, state, carry = restored
+    trainer.set_state(state)
     print(f"resuming {workdir} from step {start}", flush=True)
   metrics_path = os.path.join(workdir, "metrics.jsonl")
-  records = [r for r in io_utils.read_jsonl(metrics_path) if r["step"] <= start]
+  # Records after the checkpoint are redone; so is a record of an open interval (the end
+  # of a run with fewer steps) at the checkpoint itself.
+  records = [r for r in io_utils.read_jsonl(metrics_path)
+             if r["step"] < start or (r["step"] == start and start % t.log_every == 0)]
 
   num_models = trainer.num_models
   shapes = data.training_shapes(task, config)  # None: one program per training length.
@@ -91,7 +140,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   bar = tqdm.tqdm(total=t.steps, initial=start, unit="step", disable=not config.progress,
                   dynamic_ncols=True, desc=f"{config.task} / {config.model.pe}"
                   + (f" x {num_models} models" if num_models > 1 else ""))
-  pending, interval_start = [], time.perf_counter()
+  interval = MetricsInterval(carry)
 
   def check_finite(step):
     diverged = np.asarray(trainer.state.nonfinite)
@@ -99,35 +148,39 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     if diverged.all():
       raise NonFiniteLossError(
           f"non-finite loss or update at or before step {step}; stopped, and kept the last "
-          f"good checkpoint (step {manager.latest_step()}) in {workdir}")
+          f"good checkpoint (step {(store.steps() or ['none'])[-1]}) in {workdir}")
 
   def unwrap(values):
     return values[0] if num_models == 1 else values
 
+  def save(step):
+    check_finite(step)
+    store.save(step, trainer.state, interval.carry())
+
   try:
-    for step in range(start + 1, t.steps + 1):
-      trainer.state, metrics = trainer.step(trainer.state, trainer.seeds, prefetch.next())
-      pending.append(metrics)
-      if step % t.log_every == 0 or step == t.steps:
-        check_finite(step)
-        elapsed = time.perf_counter() - interval_start
-        mean = {k: np.mean(np.stack([np.asarray(m[k]) for m in pending]), axis=0).tolist()
-                for k in pending[0]}
-        records.append({"step": step, **{k: unwrap(v) for k, v in mean.items()},
-                        "steps_per_second": len(pending) / elapsed})
-        io_utils.write_jsonl(metrics_path, records)
-        bar.set_postfix(loss=f"{np.mean(mean['loss']):.4f}",
-                        acc=f"{np.mean(mean['accuracy']):.3f}")
-        pending, interval_start = [], time.perf_counter()
-      if step % t.checkpoint_every == 0 or step == t.steps:
-        check_finite(step)
-        manager.save(step, args=ocp.args.StandardSave(trainer.state))
-      bar.update(1)
+    with stopping.graceful():
+      for step in range(start + 1, t.steps + 1):
+        trainer.state, metrics = trainer.step(trainer.state, trainer.seeds, prefetch.next())
+        interval.add(metrics)
+        if step % t.log_every == 0 or step == t.steps:
+          check_finite(step)
+          records.append(interval.record(step, unwrap, step % t.log_every == 0))
+          io_utils.write_jsonl(metrics_path, records)
+          bar.set_postfix(loss=f"{np.mean(records[-1]['loss']):.4f}",
+                          acc=f"{np.mean(records[-1]['accuracy']):.3f}")
+        if step % t.checkpoint_every == 0 or step == t.steps:
+          save(step)
+        bar.update(1)
+        signum = stopping.requested()
+        if signum is not None and step < t.steps:
+          if step % t.checkpoint_every:
+            save(step)
+          raise stopping.Interrupted(
+              f"stopped at step {step}; saved a checkpoint of step {step} in "
+              f"{store.folder}; run the same command to resume", signum)
   finally:
     prefetch.close()
     bar.close()
-    manager.wait_until_finished()
-    manager.close()
 
   # Evaluation of every model over the configured length range.
   e = config.evaluation
@@ -154,8 +207,13 @@ def restore_state(workdir: str, config: ml_collections.ConfigDict, step: int | N
   task = tasks_lib.get(config.task)
   model = steps.build_model(config, task)
   target = steps.init_grid(model, config, steps.grid_members(config))
-  with _checkpoint_manager(os.path.abspath(workdir)) as manager:
-    step = manager.latest_step() if step is None else step
+  store = checkpoints.Checkpoints(os.path.abspath(workdir))
+  try:
     if step is None:
-      raise FileNotFoundError(f"no checkpoint in {workdir}")
-    return manager.restore(step, args=ocp.args.StandardRestore(target))
+      restored = store.restore_latest(target)
+      if restored is None:
+        raise FileNotFoundError(f"no checkpoint in {workdir}")
+      return restored[1]
+    return store.manager.restore(step, args=ocp.args.StandardRestore(target))
+  finally:
+    store.close()

@@ -22,8 +22,11 @@ import csv
 import io
 import json
 import os
+import sys
 
 import numpy as np
+
+from experiments import io_utils
 
 PAPER_RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
                              "paper_results.json")
@@ -36,7 +39,11 @@ def load_paper() -> dict:
 
 
 def load_sweep(sweep_dir: str) -> dict:
-  """{(task, pe): eval result} for every job folder with an eval.json."""
+  """{(task, pe): eval result} for every job folder with an eval.json.
+
+  Folders the sweep moved aside (ENCODING.replaced-TIME) are not results; a damaged
+  eval.json is named on stderr and left out.
+  """
   results = {}
   for task in sorted(os.listdir(sweep_dir)):
     task_dir = os.path.join(sweep_dir, task)
@@ -44,9 +51,12 @@ def load_sweep(sweep_dir: str) -> dict:
       continue
     for pe in sorted(os.listdir(task_dir)):
       path = os.path.join(task_dir, pe, "eval.json")
-      if os.path.exists(path):
-        with open(path) as f:
-          results[(task, pe)] = json.load(f)
+      if ".replaced-" in pe or not os.path.exists(path):
+        continue
+      try:
+        results[(task, pe)] = io_utils.read_json(path)
+      except io_utils.CorruptFileError as e:
+        print(f"warning: {e}; left out of the report", file=sys.stderr)
   return results
 
 
@@ -208,16 +218,13 @@ def write_report(sweep_dir: str, out_dir: str | None = None) -> dict:
 
 
 def main(argv):
-  import sys  # pylint: disable=import-outside-toplevel
-  from absl import app  # pylint: disable=import-outside-toplevel
+  del argv  # cli.parse_flags refuses extra arguments.
+  from experiments import cli  # pylint: disable=import-outside-toplevel
 
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
   try:
     report = write_report(_SWEEP_DIR.value, _OUT_DIR.value)
   except ValueError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+    cli.fail(cli.one_line(e))
   print(report["table1"])
   ours = report["headline"]["ours"]
   if ours["average_gain_points"] is not None:
@@ -229,8 +236,10 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from absl import app, flags  # pylint: disable=ungrouped-imports
+  from absl import flags  # pylint: disable=ungrouped-imports
+
+  from experiments import cli  # pylint: disable=ungrouped-imports
 
   _SWEEP_DIR = flags.DEFINE_string("sweep_dir", None, "Sweep folder.", required=True)
   _OUT_DIR = flags.DEFINE_string("out_dir", None, "Output folder (default SWEEP_DIR/report).")
-  app.run(main)
+  cli.run(main)

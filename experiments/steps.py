@@ -41,15 +41,16 @@ def build_model(config: ml_collections.ConfigDict, task) -> models.Model:
 
 def make_optimizer(config: ml_collections.ConfigDict,
                    learning_rate=None) -> optax.GradientTransformation:
-  """Adam after global-norm clipping.
+  """Adam after global-norm clipping (none when training.grad_clip_norm is 0).
 
   The learning rate lives in the optimizer state (optax.inject_hyperparams), so
   models of a grid hold their own rate and share one update function.
   """
   if learning_rate is None:
     learning_rate = config.training.learning_rate
+  clip_norm = config.training.grad_clip_norm
   return optax.chain(
-      optax.clip_by_global_norm(config.training.grad_clip_norm),
+      optax.clip_by_global_norm(clip_norm) if clip_norm > 0 else optax.identity(),
       optax.inject_hyperparams(optax.adam)(learning_rate=learning_rate),
   )
 

@@ -58,13 +58,41 @@ def make_jobs(config: ml_collections.ConfigDict, sweep_dir: str) -> list[Job]:
   return jobs
 
 
-def is_finished(job: Job) -> bool:
-  """A job is finished when its eval.json exists for the configured number of steps."""
+def job_status(job: Job) -> tuple[bool, str | None]:
+  """(finished, why not) of a job from its folder.
+
+  Finished: eval.json is for the configured steps and the folder's config.json has the
+  job's identity and evaluation settings. The reason is None for a job not yet run or
+  partly trained, and says what changed or is damaged otherwise.
+  """
+  from experiments import io_utils  # pylint: disable=import-outside-toplevel
+  from experiments import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
+
   path = os.path.join(job.workdir, "eval.json")
   if not os.path.exists(path):
-    return False
-  with open(path) as f:
-    return json.load(f).get("step") == job.config["training"]["steps"]
+    return False, None
+  try:
+    result = io_utils.read_json(path)
+    stored = workdir_lib.stored_config(job.workdir) or {}
+  except io_utils.CorruptFileError as e:
+    return False, f"{e}; evaluating it again"
+  changed = workdir_lib.identity_differences(stored, job.config)
+  if changed:
+    return False, ("its folder holds a run with other settings ("
+                   + workdir_lib.describe_differences(changed) + ")")
+  changed = workdir_lib.differences(workdir_lib.evaluation_settings(stored),
+                                    workdir_lib.evaluation_settings(job.config))
+  if changed:
+    return False, ("evaluation settings changed ("
+                   + workdir_lib.describe_differences(changed) + "); evaluating again")
+  steps = job.config["training"]["steps"]
+  if result.get("step") != steps:
+    return False, f"eval.json is for step {result.get('step')}, the config says {steps}"
+  return True, None
+
+
+def is_finished(job: Job) -> bool:
+  return job_status(job)[0]
 
 
 def run_job(config_dict: dict, workdir: str) -> dict:
@@ -78,6 +106,56 @@ def run_job(config_dict: dict, workdir: str) -> dict:
   result = loop.train_and_evaluate(config, workdir)
   return {"job": f"{config.task}/{config.model.pe}",
           "unseen": [m["scores"]["unseen"] for m in result["models"]]}
+
+
+def _error_kind(error: BaseException) -> tuple[str, int]:
+  """(description, worker exit code) of a job's exception."""
+  from experiments import cli  # pylint: disable=import-outside-toplevel
+  from experiments import stopping  # pylint: disable=import-outside-toplevel
+
+  if isinstance(error, stopping.Interrupted):
+    return cli.one_line(error), error.exit_code
+  code = cli.EXIT_BAD_INPUT if isinstance(error, ValueError) else cli.EXIT_FAILED
+  return f"{type(error).__name__}: {cli.one_line(error)}", code
+
+
+def _stop_with_parent(parent_pid: int) -> None:
+  """Asks Linux to send SIGTERM to this process when its parent dies (a killed driver
+  must not leave workers training); the worker then saves and stops like on Ctrl-C."""
+  import ctypes  # pylint: disable=import-outside-toplevel
+  import signal  # pylint: disable=import-outside-toplevel
+
+  try:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG.
+  except (OSError, AttributeError):
+    pass  # Not Linux: the restarted driver still respects the workers' locks.
+  if os.getppid() != parent_pid:  # The parent died before prctl.
+    os._exit(143)  # pylint: disable=protected-access
+
+
+def _worker(job_fn, config: dict, workdir: str, parent_pid: int, messages) -> None:
+  """A local worker process: runs one job, reports (workdir, error or None), exits with
+  0, 2 (bad input), 1 (failed) or 128 + signal (interrupted, after saving)."""
+  from experiments import stopping  # pylint: disable=import-outside-toplevel
+
+  def report(message):
+    try:
+      messages.put((workdir, message))
+    except OSError:
+      pass  # The driver is gone.
+
+  _stop_with_parent(parent_pid)
+  try:
+    with stopping.graceful():  # The training loop's own `graceful()` joins this one.
+      job_fn(config, workdir)
+  except KeyboardInterrupt:
+    sys.exit(130)
+  except Exception as e:  # pylint: disable=broad-except
+    message, code = _error_kind(e)
+    report(message)
+    sys.exit(code)
+  report(None)
 
 
 class Progress:
@@ -103,6 +181,10 @@ class Progress:
       print(f"[sweep] finished {job.name} in {elapsed:.0f} s", flush=True)
     self.report()
 
+  def stop(self, job: Job, how: str):
+    elapsed = time.time() - self._started.pop(job.name, time.time())
+    print(f"[sweep] stopped {job.name} after {elapsed:.0f} s: {how}", flush=True)
+
   def report(self):
     running = len(self._started)
     left = self.total - self.done - running - len(self.failed)
@@ -114,45 +196,103 @@ class Progress:
           f"{', ' + str(len(self.failed)) + ' failed' if self.failed else ''}{eta}", flush=True)
 
 
+class SweepInterrupted(Exception):
+  """The sweep stopped at Ctrl-C; running jobs saved their state."""
+
+
 def _run_local(jobs, progress, job_fn, workers, max_retries):
+  from experiments import stopping  # pylint: disable=import-outside-toplevel
+
   if workers <= 1:
     for job in jobs:
       progress.start(job)
       try:
         job_fn(job.config, job.workdir)
         progress.finish(job)
+      except (stopping.Interrupted, KeyboardInterrupt) as e:
+        progress.stop(job, str(e) or "interrupted")
+        raise SweepInterrupted() from None
       except Exception as e:  # pylint: disable=broad-except
-        progress.finish(job, f"{type(e).__name__}: {e}")
+        progress.finish(job, _error_kind(e)[0])
     return
+  _run_workers(jobs, progress, job_fn, workers, max_retries)
+
+
+def _run_workers(jobs, progress, job_fn, workers, max_retries):
+  """Jobs in `workers` processes at once; a worker that dies is started again on its job.
+
+  A job whose folder another process holds (a worker of a killed driver still saving)
+  waits until that process lets go. Ctrl-C (or SIGTERM) stops every worker after it
+  saved, and raises SweepInterrupted.
+  """
   import multiprocessing  # pylint: disable=import-outside-toplevel
+  import signal  # pylint: disable=import-outside-toplevel
+
+  from experiments import cli  # pylint: disable=import-outside-toplevel
+  from experiments import stopping  # pylint: disable=import-outside-toplevel
+  from experiments import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
 
   context = multiprocessing.get_context("spawn")  # JAX does not survive fork.
+  messages = context.SimpleQueue()
   queue = list(jobs)
   attempts = {job.name: 0 for job in jobs}
+  errors = {}
   running = {}
-  while queue or running:
-    while queue and len(running) < workers:
-      job = queue.pop(0)
-      attempts[job.name] += 1
-      process = context.Process(target=job_fn, args=(job.config, job.workdir))
-      process.start()
-      if attempts[job.name] == 1:
-        progress.start(job)
-      running[job.name] = (job, process)
-    time.sleep(0.2)
-    for name, (job, process) in list(running.items()):
+  waiting_reported = set()
+  with stopping.graceful():
+    while queue or running:
+      if stopping.requested() is not None:
+        break
+      for job in list(queue):
+        if len(running) >= workers:
+          break
+        holder = workdir_lib.holder_if_locked(job.workdir)
+        if holder is not None:
+          if job.name not in waiting_reported:
+            print(f"[sweep] {job.name}: its folder is in use by {holder}; waiting",
+                  flush=True)
+            waiting_reported.add(job.name)
+          continue
+        queue.remove(job)
+        attempts[job.name] += 1
+        process = context.Process(target=_worker, args=(
+            job_fn, job.config, job.workdir, os.getpid(), messages))
+        process.start()
+        if attempts[job.name] == 1:
+          progress.start(job)
+        running[job.name] = (job, process)
+      time.sleep(0.2)
+      while not messages.empty():
+        workdir, message = messages.get()
+        errors[workdir] = message
+      for name, (job, process) in list(running.items()):
+        if process.exitcode is None:
+          continue
+        del running[name]
+        error = errors.pop(job.workdir, None)
+        if process.exitcode == 0 and is_finished(job):
+          progress.finish(job)
+        elif process.exitcode == cli.EXIT_BAD_INPUT:
+          progress.finish(job, error or "bad input")  # Retrying cannot help.
+        elif attempts[name] <= max_retries:
+          print(f"[sweep] worker of {name} exited with {process.exitcode}"
+                + (f" ({error})" if error else "")
+                + f"; resuming it (attempt {attempts[name] + 1})", flush=True)
+          queue.insert(0, job)
+        else:
+          progress.finish(job, f"worker exited with {process.exitcode}"
+                          + (f" ({error})" if error else "")
+                          + f", {max_retries} retries used")
+    if stopping.requested() is None:
+      return
+    print(f"[sweep] stopping: {len(running)} running jobs save their state", flush=True)
+    for job, process in running.values():
       if process.exitcode is None:
-        continue
-      del running[name]
-      if process.exitcode == 0 and is_finished(job):
-        progress.finish(job)
-      elif attempts[name] <= max_retries:
-        print(f"[sweep] worker of {name} exited with {process.exitcode}; resuming it "
-              f"(attempt {attempts[name] + 1})", flush=True)
-        queue.insert(0, job)
-      else:
-        progress.finish(job, f"worker exited with {process.exitcode}, "
-                        f"{max_retries} retries used")
+        os.kill(process.pid, signal.SIGINT)  # Ignored by a worker the terminal reached.
+    for job, process in running.values():
+      process.join()
+      progress.stop(job, f"its worker saved and exited with {process.exitcode}")
+  raise SweepInterrupted()
 
 
 def _run_ray(jobs, progress, job_fn, ray_address, gpus_per_job, max_retries):
@@ -179,22 +319,50 @@ def _run_ray(jobs, progress, job_fn, ray_address, gpus_per_job, max_retries):
 
 def run_sweep(config: ml_collections.ConfigDict, sweep_dir: str, executor: str = "local",
               workers: int = 1, ray_address: str | None = None, gpus_per_job: float = 0.0,
-              max_retries: int = 3, job_fn: Callable = run_job) -> Progress:
-  """Runs every unfinished job of the sweep; returns the final progress (failures listed)."""
+              max_retries: int = 3, job_fn: Callable = run_job,
+              rerun_changed: bool = False) -> Progress:
+  """Runs every unfinished job of the sweep; returns the final progress (failures listed).
+
+  Raises ValueError for bad settings (before anything is written), SweepInterrupted
+  on Ctrl-C. A job whose folder holds a run with other settings fails with the
+  differences named, or with rerun_changed is moved aside (FOLDER.replaced-TIME) and
+  run again.
+  """
   if executor not in EXECUTORS:
     raise ValueError(f"unknown executor {executor!r}; valid choices: {', '.join(EXECUTORS)}")
+  for name, value, low in [("--workers", workers, 1), ("--max_retries", max_retries, 0),
+                           ("--gpus_per_job", gpus_per_job, 0)]:
+    if value < low:
+      raise ValueError(f"{name} must be >= {low}, got {value}")
   if executor == "ray":
     try:
       import ray  # pylint: disable=import-outside-toplevel,unused-import
     except ImportError:
       raise ValueError("the ray executor needs Ray: pip install -e .[cluster]") from None
   jobs = make_jobs(config, sweep_dir)
-  todo = [job for job in jobs if not is_finished(job)]
-  os.makedirs(sweep_dir, exist_ok=True)
+  todo, notes = [], []
+  for job in jobs:
+    finished, why = job_status(job)
+    if finished:
+      continue
+    todo.append(job)
+    if why:
+      notes.append((job, why))
   progress = Progress(len(jobs), len(jobs) - len(todo), workers)
   print(f"[sweep] {len(jobs)} jobs ({len(config.sweep.tasks)} tasks x "
         f"{len(config.sweep.encodings)} encodings), {len(jobs) - len(todo)} already finished; "
         f"executor {executor}", flush=True)
+  for job, why in notes:
+    changed = why.startswith("its folder holds a run with other settings")
+    hint = ("; pass --rerun_changed to move it aside and run the job again"
+            if changed and not rerun_changed else "")
+    print(f"[sweep] {job.name} not finished: {why}{hint}", flush=True)
+    if changed and rerun_changed:
+      stamp = time.strftime("%Y%m%d-%H%M%S")
+      os.rename(job.workdir, f"{job.workdir}.replaced-{stamp}")
+      print(f"[sweep] {job.name}: moved the old run to {job.workdir}.replaced-{stamp}",
+            flush=True)
+  os.makedirs(sweep_dir, exist_ok=True)
   if executor == "local":
     _run_local(todo, progress, job_fn, workers, max_retries)
   else:
@@ -203,27 +371,29 @@ def run_sweep(config: ml_collections.ConfigDict, sweep_dir: str, executor: str =
 
 
 def main(argv):
-  from absl import app  # pylint: disable=import-outside-toplevel
-
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  del argv  # cli.parse_flags refuses extra arguments.
   from absl import logging  # pylint: disable=import-outside-toplevel
+
+  from experiments import cli  # pylint: disable=import-outside-toplevel
   logging.set_verbosity(logging.WARNING)
   config = _CONFIG.value
   if "sweep" not in config:
-    print("error: the config has no `sweep` section (tasks and encodings); "
-          "use e.g. --config=configs/table1.py", file=sys.stderr)
-    sys.exit(2)
+    cli.fail("the config has no `sweep` section (tasks and encodings); "
+             "use e.g. --config=configs/table1.py")
   try:
     progress = run_sweep(config, _SWEEP_DIR.value, _EXECUTOR.value, _WORKERS.value,
-                         _RAY_ADDRESS.value, _GPUS.value, _RETRIES.value)
+                         _RAY_ADDRESS.value, _GPUS.value, _RETRIES.value,
+                         rerun_changed=_RERUN_CHANGED.value)
   except ValueError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+    cli.fail(cli.one_line(e))
+  except SweepInterrupted:
+    print("[sweep] interrupted; re-run the same command to resume", file=sys.stderr,
+          flush=True)
+    sys.exit(cli.EXIT_INTERRUPTED)
   if progress.failed:
     print(f"[sweep] {len(progress.failed)} jobs failed: {', '.join(progress.failed)}; "
           "re-run the command to retry them", file=sys.stderr)
-    sys.exit(1)
+    sys.exit(cli.EXIT_FAILED)
   print(f"[sweep] all {progress.total} jobs finished; report: "
         f"python -m experiments.report --sweep_dir={_SWEEP_DIR.value}")
 
@@ -231,17 +401,21 @@ def main(argv):
 if __name__ == "__main__":
   from experiments import runtime  # pylint: disable=ungrouped-imports
   runtime.maybe_reexec()  # Huge-page malloc for XLA CPU; see experiments/runtime.py.
-  from absl import app, flags  # pylint: disable=ungrouped-imports
-  from ml_collections import config_flags
+  from absl import flags  # pylint: disable=ungrouped-imports
 
-  _CONFIG = config_flags.DEFINE_config_file("config", os.path.join(ROOT, "configs", "table1.py"),
-                                            "Sweep config (with a `sweep` section).")
+  from experiments import cli  # pylint: disable=ungrouped-imports
+
+  _CONFIG = cli.define_config("config", os.path.join(ROOT, "configs", "table1.py"),
+                              "Sweep config (with a `sweep` section).")
   _SWEEP_DIR = flags.DEFINE_string("sweep_dir", None, "Folder of the sweep's jobs.",
                                    required=True)
   _EXECUTOR = flags.DEFINE_enum("executor", "local", EXECUTORS, "Where jobs run.")
-  _WORKERS = flags.DEFINE_integer("workers", 1, "Local worker processes.")
+  _WORKERS = flags.DEFINE_integer("workers", 1, "Local worker processes (>= 1).")
   _RAY_ADDRESS = flags.DEFINE_string("ray_address", None,
                                      "Ray cluster address (default: start a local Ray).")
   _GPUS = flags.DEFINE_float("gpus_per_job", 0.0, "GPUs requested per Ray job.")
   _RETRIES = flags.DEFINE_integer("max_retries", 3, "Retries of a job whose worker died.")
-  app.run(main)
+  _RERUN_CHANGED = flags.DEFINE_boolean(
+      "rerun_changed", False, "Move aside the folders of jobs whose settings changed "
+      "(to FOLDER.replaced-TIME) and run those jobs again.")
+  cli.run(main)

@@ -1,4 +1,10 @@
-"""Checks of a run's config before any work: a one-line ValueError for any bad setting."""
+"""Checks of a run's config before any work: a one-line ValueError for any bad setting.
+
+The rules of the run's own settings (seeds, training, evaluation, grid) are the table
+`RULES` below; the model checks its settings itself (`randomized_pe.models`, e.g.
+EncoderConfig), and the task its name. Each rule is a predicate and the phrase the
+error uses, so a message reads "training.steps must be >= 1, got 0".
+"""
 from __future__ import annotations
 
 import ml_collections
@@ -7,22 +13,84 @@ import tasks as tasks_lib
 from experiments import data
 from experiments import steps
 
+_INT32 = (-2**31, 2**31 - 1)
+
+
+def _is_int(v) -> bool:
+  return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _number(v) -> bool:
+  return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def at_least(low):
+  return (lambda v: _number(v) and v >= low), f">= {low}"
+
+
+def positive():
+  return (lambda v: _number(v) and v > 0), "> 0"
+
+
+def int32():
+  return ((lambda v: _is_int(v) and _INT32[0] <= v <= _INT32[1]),
+          f"an integer in [{_INT32[0]}, {_INT32[1]}]")
+
+
+def each(rule):
+  check, phrase = rule
+  return ((lambda v: isinstance(v, (tuple, list)) and all(check(x) for x in v)),
+          f"a tuple of values each {phrase}")
+
+
+# setting -> (predicate, what the setting must be).
+RULES = {
+    "seed": int32(),
+    "data_seed": int32(),  # -1: the same as seed.
+    "training.steps": at_least(1),
+    "training.batch_size": at_least(1),
+    "training.learning_rate": positive(),
+    "training.grad_clip_norm": at_least(0),  # 0: no clipping.
+    "training.log_every": at_least(1),
+    "training.checkpoint_every": at_least(1),
+    # At least 1: with none kept a killed run would start again from step 0.
+    "training.checkpoints_to_keep": at_least(1),
+    "training.prefetch": at_least(0),
+    "training.max_programs": at_least(0),  # 0: one program per training length.
+    "evaluation.batch_size": at_least(1),
+    "evaluation.seed": int32(),
+    "evaluation.max_buckets": at_least(1),
+    "evaluation.max_logits": at_least(1),
+    "grid.seeds": each(int32()),
+    "grid.learning_rates": each(positive()),
+}
+
+
+def _get(config, path: str):
+  node = config
+  for part in path.split("."):
+    node = node[part]
+  return node
+
+
+def check_rules(config: ml_collections.ConfigDict, rules=None) -> None:
+  """Raises ValueError for the first setting of `rules` (default RULES) that breaks its
+  rule."""
+  for path, (check, phrase) in (rules or RULES).items():
+    try:
+      value = _get(config, path)
+    except KeyError:
+      raise ValueError(f"the config has no setting {path}") from None
+    if not check(value):
+      raise ValueError(f"{path} must be {phrase}, got {value!r}")
+
 
 def validate(config: ml_collections.ConfigDict, device_count: int = 1) -> None:
   """Raises ValueError with a one-line message for any bad setting, before any work."""
+  check_rules(config)
   task = tasks_lib.get(config.task)
   model = steps.build_model(config, task)  # Model settings, encoding and samplers.
   t, e = config.training, config.evaluation
-  for name, value in [("training.steps", t.steps), ("training.batch_size", t.batch_size),
-                      ("training.log_every", t.log_every),
-                      ("training.checkpoint_every", t.checkpoint_every),
-                      ("evaluation.batch_size", e.batch_size),
-                      ("evaluation.max_buckets", e.max_buckets)]:
-    if value < 1:
-      raise ValueError(f"{name} must be >= 1, got {value}")
-  if t.max_programs < 0:
-    raise ValueError(f"training.max_programs must be >= 0 (0: one per length), "
-                     f"got {t.max_programs}")
   for prefix, lo, hi in [("training", t.min_length, t.max_length),
                          ("evaluation", e.min_length, e.max_length)]:
     if not 1 <= lo <= hi:

@@ -2,8 +2,12 @@
 import copy
 import os
 import signal
+import time
 
+from experiments import io_utils
+from experiments import stopping
 from experiments import sweep
+from experiments import workdir as workdir_lib
 
 
 def counting_job(config_dict, workdir):
@@ -39,3 +43,16 @@ def killed_job(config_dict, workdir):
   if config_dict["task"] == "parity_check" and _stop_halfway_once(config_dict, workdir):
     os.kill(os.getpid(), signal.SIGKILL)
   return counting_job(config_dict, workdir)
+
+
+def waiting_job(config_dict, workdir):
+  """Holds the job's folder like a training run and waits for a stop request (which the
+  training loop polls between steps); records the signal, then stops like the loop."""
+  del config_dict
+  with workdir_lib.locked(workdir), stopping.graceful():
+    io_utils.atomic_write_text(os.path.join(workdir, "worker.pid"), str(os.getpid()))
+    while stopping.requested() is None:
+      time.sleep(0.05)
+    with open(os.path.join(workdir, "stopped"), "w") as f:
+      f.write(str(stopping.requested()))
+    raise stopping.Interrupted("stopped", stopping.requested())

@@ -9,6 +9,7 @@ import pytest
 
 import tasks
 from configs import table1
+from experiments import checkpoints
 from experiments import data
 from experiments import evaluation
 from experiments import report
@@ -86,7 +87,7 @@ def test_local_runner_resumes_stopped_job_and_skips_finished(tmp_path):
   jobs = sweep.make_jobs(config, sweep_dir)
   assert [sweep.is_finished(j) for j in jobs] == [False, True]
   # The stopped job left a checkpoint at half the steps; the re-run resumes it.
-  assert os.listdir(os.path.join(jobs[0].workdir, "checkpoints")) == ["2"]
+  assert checkpoints.Checkpoints(jobs[0].workdir).steps() == [2]
   second = sweep.run_sweep(config, sweep_dir, job_fn=sweep_helpers.interrupted_job)
   assert not second.failed and second.done == 2
   third = sweep.run_sweep(config, sweep_dir, job_fn=sweep_helpers.interrupted_job)

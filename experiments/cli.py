@@ -1,0 +1,113 @@
+"""The command line of the entry points: one-line errors, exit codes and Ctrl-C.
+
+Every problem a user can cause (an unknown flag or config key, a value of the wrong type,
+a config file that does not load, a bad setting) is reported as one line on stderr with
+exit code 2, before anything is written. Failures of the run itself (the operating
+system, a damaged file, a diverged loss) exit with 1, an interruption with 130.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from typing import Callable, NoReturn, Sequence
+
+EXIT_FAILED = 1  # The run failed: operating-system error, damaged file, non-finite loss.
+EXIT_BAD_INPUT = 2  # Bad flags, config file or setting; nothing was written.
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), as shells report it.
+
+
+def one_line(error: BaseException | str) -> str:
+  """The message of `error` on one line (multi-line messages joined with '; ')."""
+  text = str(error).strip()
+  if isinstance(error, KeyError) and len(error.args) == 1:
+    text = str(error.args[0]).strip()  # KeyError's str() quotes and escapes its message.
+  lines = [line.strip() for line in text.splitlines() if line.strip()]
+  return "; ".join(lines) or type(error).__name__
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
+  print(f"error: {message}", file=sys.stderr, flush=True)
+  sys.exit(code)
+
+
+def _unknown_key_message(error: BaseException, argv: Sequence[str]) -> str | None:
+  """"unknown setting --config.a.stepz (did you mean steps?)" for a misspelt override."""
+  match = re.search(r'Did you mean "(\w+)" instead of "(\w+)"', str(error))
+  if match is None:
+    return None
+  right, wrong = match.groups()
+  for arg in argv:
+    name = arg.split("=", 1)[0]
+    if name.startswith("--") and "." in name and name.rsplit(".", 1)[-1] == wrong:
+      return f"unknown setting {name} (did you mean {name.rsplit('.', 1)[0]}.{right}?)"
+  return f"unknown setting {wrong!r} (did you mean {right!r}?)"
+
+
+def config_error_message(error: BaseException, argv: Sequence[str] = ()) -> str:
+  """One line for an error raised while flags or a config file are read."""
+  from absl import flags  # pylint: disable=import-outside-toplevel
+
+  if isinstance(error, (KeyError, AttributeError)):
+    message = _unknown_key_message(error, argv)
+    if message:
+      return message
+  if isinstance(error, flags.UnrecognizedFlagError):
+    return f"{one_line(error)}; see --helpfull for the valid flags"
+  if isinstance(error, flags.Error):
+    text = str(error)
+    if "Traceback (most recent call last)" in text:  # An error inside get_config().
+      last = [line.strip() for line in text.splitlines() if line.strip()][-1]
+      flag = text.split(": Error whilst")[0].split("\n")[0]
+      return f"{flag}: {last}"
+    return one_line(error)
+  if isinstance(error, SyntaxError):
+    return f"config file {error.filename}, line {error.lineno}: {error.msg}"
+  cause = error.__cause__ or error
+  if isinstance(cause, OSError) and "Failed loading config file" in str(cause):
+    missing = re.findall(r"No such file or directory: '([^']+)'", str(cause))
+    if missing:
+      return f"config file {missing[0]} does not exist"
+  if isinstance(error, AttributeError) and "get_config" in str(error):
+    return "the config file has no get_config() function"
+  return f"bad config: {one_line(error)}"
+
+
+def define_config(name: str, default: str, help_text: str):
+  """config_flags.DEFINE_config_file, whose own errors (it applies overrides from the
+  command line as soon as it is defined) become one line and exit code 2."""
+  from ml_collections import config_flags  # pylint: disable=import-outside-toplevel
+
+  try:
+    return config_flags.DEFINE_config_file(name, default, help_text)
+  except Exception as e:  # pylint: disable=broad-except
+    fail(config_error_message(e, sys.argv))
+
+
+def parse_flags(argv: Sequence[str]) -> list[str]:
+  """absl's flag parser with one-line errors (exit 2), for `app.run(flags_parser=...)`."""
+  from absl import flags  # pylint: disable=import-outside-toplevel
+  from ml_collections.config_flags import config_flags  # pylint: disable=import-outside-toplevel
+
+  try:
+    remaining = flags.FLAGS(argv)
+    for name in list(flags.FLAGS):  # Config files load lazily: load them now, in the try.
+      if config_flags.is_config_flag(flags.FLAGS[name]):
+        getattr(flags.FLAGS, name).keys()  # Raises the deferred error of a failed load.
+  except Exception as e:  # pylint: disable=broad-except
+    fail(config_error_message(e, argv))
+  if len(remaining) > 1:
+    fail(f"unexpected arguments: {' '.join(remaining[1:])}; settings are flags, "
+         "e.g. --config.training.steps=100")
+  return remaining
+
+
+def run(main: Callable[[list[str]], None]) -> None:
+  """app.run with one-line flag errors, and Ctrl-C outside the training loop (which
+  handles it itself: experiments/stopping.py) ending quietly with exit code 130."""
+  from absl import app  # pylint: disable=import-outside-toplevel
+
+  try:
+    app.run(main, flags_parser=parse_flags)
+  except KeyboardInterrupt:
+    print("\ninterrupted", file=sys.stderr, flush=True)
+    sys.exit(EXIT_INTERRUPTED)

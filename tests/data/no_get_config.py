@@ -1,0 +1,2 @@
+"""A config file without get_config (tests of the one-line errors)."""
+STEPS = 1
