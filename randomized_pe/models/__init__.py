@@ -64,4 +64,10 @@ def _encoder(config, vocab_size, output_size):
   return encoder.from_config(config, vocab_size, output_size)
 
 
+def _ito(config, vocab_size, output_size):
+  from randomized_pe.models import ito  # pylint: disable=import-outside-toplevel
+  return ito.from_config(config, vocab_size, output_size)
+
+
 register("encoder", _encoder)
+register("ito", _ito)

@@ -1,0 +1,739 @@
+"""Ito et al. (2024)'s Transformer for the Latin Square Task (Haiku), with all its encodings.
+
+Architecture (the original code, ljhearne/LSTNN_public `lstnn/transformer_main.py`;
+docs/ito.md): the 16 cells of a 4x4 grid, each a one-hot of its symbol (blank = all
+zeros) times a linear layer with bias; `num_layers` post-layer-norm blocks of one-head
+attention and a GELU MLP (exact erf GELU after *both* linear layers); the positional
+term added at the input of every block; a linear read-out. The class is read from the
+last token (cell 15), whatever cell the probe is in. Initialisation copies PyTorch's
+defaults, because the σ of the learned encodings only means something relative to the
+token-embedding scale it sets.
+
+    h_0 = onehot(x) W_e + b_e                                 [B, T, M]
+    per block l:  e = h_l + P_l  (dropout on e for the fixed sinusoids, option)
+                  u = LayerNorm(Attn_l(e) + e)
+                  h_{l+1} = LayerNorm(GELU(GELU(u W_1 + b_1) W_2 + b_2) + u)
+    logits = h_N W_o + b_o; the prediction is logits[:, 15]
+
+Shape glossary: B batch, T = 16 cells (grid_size ** 2), M d_model (160), F mlp_size
+(640), H heads (1), D head size (M / H), N num_layers (4), C classes (4), V vocabulary
+(6: blank, four shapes, the probe), R rows of a relative-distance table.
+
+Encodings are entries of `ENCODINGS` (one record each: `ItoEncoding`); the model reads a
+record's fields and never tests an encoding's name. The sinusoids and RoPE are the
+library's pure functions (`randomized_pe.encodings`), rearranged into the original's
+interleaved layout. This model keeps its own registry rather than entries of
+`randomized_pe.families` because its encodings act differently: additive terms enter at
+every block (not once), and the attention variants change the projections (biases,
+no output projection), the mask (causal) and the logit scale, which a family cannot.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Mapping, Optional
+
+import chex
+import haiku as hk
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from randomized_pe import attention as attn_lib
+from randomized_pe import encodings as enc
+from randomized_pe import families
+from randomized_pe import registry
+from randomized_pe import samplers as samplers_lib
+
+_MASKED = jnp.finfo(jnp.float32).min
+
+
+# --------------------------------------------------------------------------
+# PyTorch's default initialisers, as jax initialisers (key, shape, dtype) -> array.
+
+
+def torch_uniform(fan_in: int) -> Callable[..., jax.Array]:
+  """U(-1/sqrt(fan_in), 1/sqrt(fan_in)): torch.nn.Linear's weight and bias defaults.
+
+  (kaiming_uniform_ with a = sqrt(5) gives the bound sqrt(6 / ((1 + 5) fan_in)).)
+  """
+  bound = 1.0 / math.sqrt(fan_in)
+  return lambda key, shape, dtype=jnp.float32: jax.random.uniform(key, shape, dtype, -bound, bound)
+
+
+def xavier_uniform(fan_in: int, fan_out: int) -> Callable[..., jax.Array]:
+  """U(±sqrt(6 / (fan_in + fan_out))): torch.nn.MultiheadAttention's packed in-projection."""
+  bound = math.sqrt(6.0 / (fan_in + fan_out))
+  return lambda key, shape, dtype=jnp.float32: jax.random.uniform(key, shape, dtype, -bound, bound)
+
+
+def normal(stddev: float) -> Callable[..., jax.Array]:
+  """N(0, stddev^2), not truncated: torch.randn(...) * stddev."""
+  return lambda key, shape, dtype=jnp.float32: stddev * jax.random.normal(key, shape, dtype)
+
+
+def zeros(key, shape, dtype=jnp.float32):
+  del key
+  return jnp.zeros(shape, dtype)
+
+
+# --------------------------------------------------------------------------
+# Position terms (pure functions; the original's layouts).
+
+
+def interleave_sin_cos(features: jax.Array, num_axes: int = 1) -> jax.Array:
+  """[..., M] from `enc.sinusoid` (per axis: sines, then cosines) -> the original's
+  interleaved layout (per axis: sin w_0, cos w_0, sin w_1, cos w_1, ...).
+
+  A fixed permutation of the features; it matters only when two encodings are compared
+  feature by feature (the 1d / 2d cosine of 0.72) or added to the same embeddings.
+  """
+  *lead, dim = features.shape
+  half = dim // num_axes // 2
+  per_axis = features.reshape(*lead, num_axes, 2, half)  # [..., axis, sin|cos, frequency]
+  return jnp.swapaxes(per_axis, -1, -2).reshape(*lead, dim)
+
+
+def raster_sinusoid(positions, dim: int, max_timescale: float = enc.DEFAULT_MAX_TIMESCALE):
+  """The original 1d-fixed term: PE[t, 2i] = sin(p_t w_i), PE[t, 2i + 1] = cos(p_t w_i),
+  w_i = max_timescale^(-2i / dim). positions [T] -> float32 [T, dim]."""
+  return interleave_sin_cos(enc.sinusoid(positions, dim, max_timescale))
+
+
+def grid_sinusoid(positions, dim: int, max_timescale: float = enc.DEFAULT_MAX_TIMESCALE):
+  """The original 2d-fixed term (`PositionalEncoding2D`) at grid positions [T, 2] = (col, row).
+
+  Features 0..dim/2-1 encode the column, the rest the row, each interleaved sin/cos with
+  w_k = max_timescale^(-2k / (dim / 2)) (frequencies over the half, not over dim).
+  With positions (t % 4, t // 4) this is the original matrix; its cosine with the
+  1d-fixed matrix is 0.7246, the paper's 0.72 (tests/test_ito_model.py).
+  Returns float32 [T, dim].
+  """
+  return interleave_sin_cos(enc.sinusoid(positions, dim, max_timescale, per_axis=True), 2)
+
+
+def grid_positions(columns, rows) -> jax.Array:
+  """Cell positions [S*S, 2] (col, row), row-major, from per-axis positions [S] and [S]."""
+  size = columns.shape[0]
+  cells = jnp.arange(size * size)
+  return jnp.stack([columns[cells % size], rows[cells // size]], axis=-1)
+
+
+# --------------------------------------------------------------------------
+# Attention scorers (pure functions): (positions, params, config) -> score_fn(q, k),
+# score_fn: queries [b, T, H, D], keys [b, T, H, D] -> logits [b, H, T, T], scaled.
+
+
+def _rope_scorer(positions, params, config: "ItoConfig"):
+  """RoPE as the original `RotaryPE2`: interleaved pairs over the whole head, 1-D positions."""
+  del params
+  timescale = config.max_timescale
+  return lambda q, k: attn_lib.dot_scores(enc.apply_rope(q, positions, timescale),
+                                          enc.apply_rope(k, positions, timescale))
+
+
+def relative_offset_index(length: int) -> np.ndarray:
+  """int [T, T]: the row of a distance table for the pair (query i, key j): T - 1 + j - i.
+
+  A causal table has T rows (distances -(T-1)..0; entries j > i point past the table and
+  are masked); a bidirectional one has 2T - 1.
+  """
+  cells = np.arange(length)
+  return cells[None, :] - cells[:, None] + length - 1
+
+
+def _relative_scorer(positions, params, config: "ItoConfig"):
+  """Shaw et al. as the original (Music Transformer's skew form, `RelativeGlobalAttention`).
+
+  logits[i, j] = (q_i . k_j + q_i . E[T - 1 + j - i]) / sqrt(D), E one [R, D] table per
+  block shared by the heads; the causal mask (the original's) is applied by the model.
+  """
+  del positions
+  table = params["distance_table"]  # [R, D]
+  length = config.num_cells
+  index = jnp.asarray(np.minimum(relative_offset_index(length), table.shape[0] - 1))
+  scale = 1.0 / math.sqrt(config.head_size)
+
+  def score(q, k):
+    content = jnp.einsum("bthd,bshd->bhts", q, k)
+    per_row = jnp.einsum("bthd,rd->bhtr", q, table)  # [b, H, T, R]
+    relative = jnp.take_along_axis(per_row, index[None, None], axis=-1)  # [b, H, T, T]
+    return (content + relative) * scale
+
+  return score
+
+
+def _relative_params(config: "ItoConfig") -> dict:
+  rows = config.num_cells if config.relative_causal else 2 * config.num_cells - 1
+  return {"distance_table": families.ParamSpec((rows, config.head_size), normal(1.0))}
+
+
+# --------------------------------------------------------------------------
+# The projections of the attention variants (see `Attention`).
+
+
+@dataclasses.dataclass(frozen=True)
+class Projections:
+  """How an attention variant projects: the original uses three different modules.
+
+  Attributes:
+    packed: q, k, v from one [M, 3M] matrix (else three [M, M] matrices).
+    qkv_bias: biases on q, k, v.
+    qkv_init: "xavier" (MultiheadAttention's in_proj, zero biases) or "linear"
+      (torch.nn.Linear's default U(±1/sqrt(M)) for weights and biases).
+    output: "mha" (U(±1/sqrt(M)) weight, zero bias), "no_bias" (weight only) or "none".
+  """
+
+  packed: bool
+  qkv_bias: bool
+  qkv_init: str
+  output: str
+
+
+# torch.nn.MultiheadAttention(160, 1): packed in_proj (xavier, zero bias), out_proj.
+TORCH_MHA = Projections(packed=True, qkv_bias=True, qkv_init="xavier", output="mha")
+# RotaryPE2 and CausalSelfAttention: Linear(M, 3M, bias=False), Linear(M, M, bias=False).
+BIAS_FREE = Projections(packed=True, qkv_bias=False, qkv_init="linear", output="no_bias")
+# RelativeGlobalAttention: three Linear(M, M) with bias, no output projection.
+SEPARATE_NO_OUTPUT = Projections(packed=False, qkv_bias=True, qkv_init="linear", output="none")
+
+
+# --------------------------------------------------------------------------
+# The encodings.
+
+
+@dataclasses.dataclass(frozen=True)
+class ItoEncoding:
+  """One encoding of the paper: how positions enter Ito's Transformer.
+
+  Attributes:
+    name: registry name (`model.pe`).
+    description: one line.
+    term: (positions, params, config) -> [T, M], added to the input of every block; None
+      for encodings that act in the attention (or not at all).
+    params: config -> {name: families.ParamSpec}, created once per block (one table each).
+    frozen: the per-block params are not trained (the `random` encoding): the forward
+      pass stops their gradient, and `frozen_mask` marks them for the optimizer.
+    term_dropout: the original's Dropout(fixed_pe_dropout) on h + PE (its sinusoid PE
+      modules carry one; the others do not).
+    projections: the attention module's projections.
+    scorer: (positions, params, config) -> score_fn; None: q.k / sqrt(D).
+    causal: config -> whether attention is causal (key j <= query i).
+    logit_scale: config -> factor on the logits (c-nope's x100 sharpening).
+    positions: what `positions` are: "raster" ([T], cell index), "grid" ([T, 2], (col,
+      row)) or "none" (unused, or table rows: only arange).
+    sampler: the training position sampler by default (`randomized_pe.samplers`).
+  """
+
+  name: str
+  description: str
+  term: Optional[Callable[..., jax.Array]] = None
+  params: Callable[["ItoConfig"], dict] = lambda config: {}
+  frozen: bool = False
+  term_dropout: bool = False
+  projections: Projections = TORCH_MHA
+  scorer: Optional[Callable[..., Callable]] = None
+  causal: Callable[["ItoConfig"], bool] = lambda config: False
+  logit_scale: Callable[["ItoConfig"], float] = lambda config: 1.0
+  positions: str = "none"
+  sampler: str = "arange"
+
+  @property
+  def takes_samplers(self) -> bool:
+    """Whether positions other than arange mean anything (sinusoids and RoPE only)."""
+    return self.positions in ("raster", "grid")
+
+
+ENCODINGS: registry.Registry[ItoEncoding] = registry.Registry("Ito encoding")
+names = ENCODINGS.names
+get = ENCODINGS.get
+
+
+def register(encoding: ItoEncoding) -> ItoEncoding:
+  """Adds an encoding (a name may be registered once)."""
+  return ENCODINGS.register(encoding.name, encoding)
+
+
+def _table_params(stddev_of: Callable[["ItoConfig"], float]):
+  return lambda config: {"table": families.ParamSpec((config.num_cells, config.d_model),
+                                                     normal(stddev_of(config)))}
+
+
+def _table_term(positions, params, config):
+  del positions, config
+  return params["table"]  # [T, M]
+
+
+register(ItoEncoding(
+    "1d_fixed", "sin/cos of the raster index t = 4 row + col (Vaswani), interleaved",
+    term=lambda p, params, c: raster_sinusoid(p, c.d_model, c.max_timescale),
+    term_dropout=True, positions="raster"))
+register(ItoEncoding(
+    "2d_fixed", "sin/cos of (col, row), half the features each (the paper's ground truth)",
+    term=lambda p, params, c: grid_sinusoid(p, c.d_model, c.max_timescale),
+    term_dropout=True, positions="grid"))
+register(ItoEncoding(
+    "learn", "a learned [T, M] matrix per block, initialised N(0, pe_sigma^2)",
+    term=_table_term, params=_table_params(lambda c: c.pe_sigma)))
+register(ItoEncoding(
+    "random", "a frozen N(0, 1) [T, M] matrix per block (not Ruoss et al.'s positions)",
+    term=_table_term, params=_table_params(lambda c: 1.0), frozen=True))
+register(ItoEncoding(
+    "relative", "Shaw et al. relative logits, a learned distance table per block, causal",
+    params=_relative_params, projections=SEPARATE_NO_OUTPUT, scorer=_relative_scorer,
+    causal=lambda c: c.relative_causal))
+register(ItoEncoding(
+    "rope", "rotary embeddings over the whole head, raster positions 0..15",
+    projections=BIAS_FREE, scorer=_rope_scorer, positions="raster"))
+register(ItoEncoding("nope", "no positional information, bidirectional attention"))
+register(ItoEncoding(
+    "c_nope", "no positional encoding, causal attention (logits x c_nope_logit_scale)",
+    projections=BIAS_FREE, causal=lambda c: True, logit_scale=lambda c: c.c_nope_logit_scale))
+register(ItoEncoding(
+    "randomized_2d", "2d_fixed fed sorted random row and column positions from [0, L)",
+    term=lambda p, params, c: grid_sinusoid(p, c.d_model, c.max_timescale),
+    term_dropout=True, positions="grid", sampler="randomized"))
+
+
+# --------------------------------------------------------------------------
+# Configuration.
+
+
+@dataclasses.dataclass(frozen=True)
+class ItoConfig:
+  """Hyperparameters of Ito's Transformer; defaults are the original's (docs/ito.md).
+
+  Attributes:
+    vocab_size: input ids; id 0 (blank) embeds to the bias alone, ids 1..V-1 are one-hot
+      channels (the original's Linear(5, 160) for V = 6).
+    pe: the encoding (`names()`).
+    positions, eval_positions: position samplers of training and evaluation for the
+      encodings that take them (`ItoEncoding.takes_samplers`); "" takes the encoding's
+      (arange, randomized for randomized_2d) and, for evaluation, the training sampler's
+      evaluation default. Grid encodings draw the columns and the rows separately.
+    grid_size: the side of the grid (sequences are grid_size^2 tokens).
+    num_layers, num_heads, d_model, mlp_size: architecture.
+    pe_sigma: σ of the `learn` encoding: the standard deviation of its N(0, σ^2) init.
+    fixed_pe_dropout: dropout on h + PE at every block for the sinusoid encodings (the
+      original's Dropout(0.1), which the paper's text does not mention); 0 turns it off.
+    dropout_at_evaluation: also drop at evaluation, as the original did (it never
+      called model.eval()); off by default, so that evaluation is deterministic.
+    relative_causal: the `relative` encoding masks later keys, as the original (the
+      paper's text says bidirectional); False uses a 2T - 1 row table, no mask.
+    c_nope_logit_scale: the factor on c_nope's logits (the original's temperature
+      1/100 gives 100; 1 is plain causal NoPE).
+    max_position: L, the range [0, L) sampled positions come from (per axis for grids).
+    max_timescale: the longest wavelength of the sinusoids and RoPE.
+    attention_chunk_rows: batch rows per attention chunk (`randomized_pe.attention`);
+      speed only.
+  """
+
+  vocab_size: int = 6
+  pe: str = "2d_fixed"
+  positions: str = ""
+  eval_positions: str = ""
+  grid_size: int = 4
+  num_layers: int = 4
+  num_heads: int = 1
+  d_model: int = 160
+  mlp_size: int = 640
+  pe_sigma: float = 1.0
+  fixed_pe_dropout: float = 0.1
+  dropout_at_evaluation: bool = False
+  relative_causal: bool = True
+  c_nope_logit_scale: float = 100.0
+  max_position: int = 16
+  max_timescale: float = enc.DEFAULT_MAX_TIMESCALE
+  attention_chunk_rows: Optional[int] = None
+
+  def __post_init__(self):
+    encoding = get(self.pe)  # Validates the name.
+    for name, low in [("vocab_size", 2), ("grid_size", 1), ("num_layers", 1), ("num_heads", 1),
+                      ("d_model", 1), ("mlp_size", 1), ("max_position", 1)]:
+      value = getattr(self, name)
+      if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ValueError(f"model.{name} must be an int >= {low}, got {value!r}")
+    if self.d_model % self.num_heads:
+      raise ValueError(f"model.d_model={self.d_model} must be divisible by "
+                       f"model.num_heads={self.num_heads}")
+    if self.d_model % 4 or self.head_size % 2:
+      raise ValueError(f"model.d_model={self.d_model} must be divisible by 4 and the head size "
+                       "even (sin/cos per grid axis, RoPE pairs)")
+    if not 0.0 <= self.fixed_pe_dropout < 1.0:
+      raise ValueError(f"model.fixed_pe_dropout must be in [0, 1), got {self.fixed_pe_dropout}")
+    for name in ("pe_sigma", "c_nope_logit_scale", "max_timescale"):
+      if not getattr(self, name) > 0:
+        raise ValueError(f"model.{name} must be > 0, got {getattr(self, name)!r}")
+    for setting, sampler in (("training.positions", self.train_sampler),
+                             ("evaluation.positions", self.eval_sampler)):
+      if sampler.name != "arange" and not encoding.takes_samplers:
+        raise ValueError(f"{setting}={sampler.name!r}: the {self.pe} encoding reads positions "
+                         "0..T-1 only (a table or none); samplers apply to "
+                         f"{', '.join(n for n in names() if get(n).takes_samplers)}")
+      if sampler.floats and encoding.positions == "none":
+        raise ValueError(f"{setting}={sampler.name!r} gives float positions, which {self.pe} "
+                         "cannot take")
+    per_sample = self.grid_size if encoding.positions == "grid" else self.num_cells
+    if encoding.takes_samplers and self.max_position < per_sample:
+      raise ValueError(f"model.max_position={self.max_position} is below the {per_sample} "
+                       f"distinct positions {self.pe} draws; raise it to at least {per_sample}")
+
+  @property
+  def encoding(self) -> ItoEncoding:
+    return get(self.pe)
+
+  @property
+  def num_cells(self) -> int:
+    return self.grid_size * self.grid_size
+
+  @property
+  def head_size(self) -> int:
+    return self.d_model // self.num_heads
+
+  @property
+  def train_sampler(self) -> samplers_lib.Sampler:
+    return samplers_lib.get(self.positions or get(self.pe).sampler)
+
+  @property
+  def eval_sampler(self) -> samplers_lib.Sampler:
+    if self.eval_positions:
+      return samplers_lib.get(self.eval_positions)
+    return samplers_lib.get(self.train_sampler.evaluation or self.train_sampler.name)
+
+  def default_positions(self) -> jax.Array:
+    """The unsampled positions: [T] cell indices, or [T, 2] (col, row) for grids."""
+    if self.encoding.positions == "grid":
+      axis = jnp.arange(self.grid_size, dtype=jnp.int32)
+      return grid_positions(axis, axis)
+    return jnp.arange(self.num_cells, dtype=jnp.int32)
+
+  def sample_positions(self, key, evaluation: bool = False) -> jax.Array:
+    """Positions of one batch: [T], or [T, 2] for grids (columns and rows drawn apart)."""
+    encoding = self.encoding
+    sampler = self.eval_sampler if evaluation else self.train_sampler
+    if not encoding.takes_samplers or sampler.name == "arange":
+      return self.default_positions()
+    if encoding.positions == "grid":
+      column_key, row_key = jax.random.split(key) if sampler.random else (key, key)
+      return grid_positions(sampler(column_key, self.grid_size, self.max_position),
+                            sampler(row_key, self.grid_size, self.max_position))
+    return sampler(key, self.num_cells, self.max_position)
+
+
+# --------------------------------------------------------------------------
+# Haiku modules.
+
+
+def _get_params(specs: Mapping[str, families.ParamSpec]) -> dict:
+  """Creates an encoding's declared parameters in the current Haiku module."""
+  return {name: hk.get_parameter(
+      name, list(spec.shape),
+      init=lambda shape, dtype, spec=spec: spec.init(hk.next_rng_key(), tuple(shape), dtype))
+      for name, spec in specs.items()}
+
+
+class TorchLinear(hk.Module):
+  """x W + b with PyTorch's initialisers (by default torch.nn.Linear's)."""
+
+  def __init__(self, output_size: int, with_bias: bool = True, w_init=None, b_init=None,
+               name: Optional[str] = None):
+    super().__init__(name=name)
+    self._output_size = output_size
+    self._with_bias = with_bias
+    self._w_init = w_init
+    self._b_init = b_init
+
+  def __call__(self, x):  # [..., I] -> [..., O]
+    fan_in = x.shape[-1]
+    w_init = self._w_init or torch_uniform(fan_in)
+    w = hk.get_parameter("w", [fan_in, self._output_size], x.dtype,
+                         init=lambda s, d: w_init(hk.next_rng_key(), tuple(s), d))
+    out = x @ w
+    if self._with_bias:
+      b_init = self._b_init or torch_uniform(fan_in)
+      b = hk.get_parameter("b", [self._output_size], x.dtype,
+                           init=lambda s, d: b_init(hk.next_rng_key(), tuple(s), d))
+      out = out + b
+    return out
+
+
+class Attention(hk.Module):
+  """Self-attention of one block, in the variant its encoding declares."""
+
+  def __init__(self, config: ItoConfig, name: Optional[str] = None):
+    super().__init__(name=name)
+    self._config = config
+
+  def score_fn(self, positions):
+    """The block's logits function (creating its parameters): (q, k) -> [b, H, T, T]."""
+    config, encoding = self._config, self._config.encoding
+    if encoding.scorer is None:
+      base = attn_lib.dot_scores
+    else:
+      base = encoding.scorer(positions, _get_params(encoding.params(config)), config)
+    scale = float(encoding.logit_scale(config))
+    causal = encoding.causal(config)
+    length = config.num_cells
+    allowed = jnp.asarray(np.tril(np.ones((length, length), bool)))  # [T, T], key j <= query i
+
+    def score(q, k):
+      logits = base(q, k)
+      if scale != 1.0:
+        logits = logits * scale
+      if causal:
+        logits = jnp.where(allowed, logits, _MASKED)
+      return logits
+
+    return score
+
+  def __call__(self, x, positions, key_mask=None, return_weights: bool = False):
+    """x [B, T, M] -> [B, T, M] (and the attention weights [B, H, T, T] if asked)."""
+    config = self._config
+    projections = config.encoding.projections
+    batch, length, width = x.shape
+    heads, head_size = config.num_heads, config.head_size
+    if projections.packed:
+      w_init = (xavier_uniform(width, 3 * width) if projections.qkv_init == "xavier"
+                else torch_uniform(width))
+      qkv = TorchLinear(3 * width, projections.qkv_bias, w_init=w_init,
+                        b_init=zeros if projections.qkv_init == "xavier" else None,
+                        name="qkv")(x)
+      q, k, v = jnp.split(qkv, 3, axis=-1)
+    else:
+      q, k, v = (TorchLinear(width, projections.qkv_bias, name=n)(x)
+                 for n in ("query", "key", "value"))
+    q, k, v = (y.reshape(batch, length, heads, head_size) for y in (q, k, v))  # [B, T, H, D]
+    score = self.score_fn(positions)
+    out = attn_lib.attention(q, k, v, score, key_mask, chunk_rows=config.attention_chunk_rows)
+    out = out.reshape(batch, length, width)  # [B, T, M]
+    if projections.output == "mha":
+      out = TorchLinear(width, b_init=zeros, name="output")(out)
+    elif projections.output == "no_bias":
+      out = TorchLinear(width, with_bias=False, name="output")(out)
+    if not return_weights:
+      return out
+    logits = score(q, k)  # Recomputed only for analyses: [B, H, T, T].
+    if key_mask is not None:
+      logits = jnp.where(key_mask[:, None, None, :], logits, _MASKED)
+    return out, jax.nn.softmax(logits, axis=-1)
+
+
+def _layer_norm(x, name):
+  # torch.nn.LayerNorm(160): eps 1e-5, scale 1, offset 0.
+  return hk.LayerNorm(axis=-1, create_scale=True, create_offset=True, eps=1e-5, name=name)(x)
+
+
+class ItoTransformer(hk.Module):
+  """The network; see the module docstring."""
+
+  def __init__(self, config: ItoConfig, output_size: int, name: Optional[str] = None):
+    super().__init__(name=name)
+    self._config = config
+    self._output_size = output_size
+
+  def _check_positions(self, positions):
+    config = self._config
+    if positions is None:
+      return config.default_positions()
+    positions = jnp.asarray(positions)
+    want = {"grid": (config.num_cells, 2)}.get(config.encoding.positions, (config.num_cells,))
+    if positions.shape != want:
+      raise ValueError(f"positions must have shape {list(want)} for pe={config.pe!r}, "
+                       f"got {list(positions.shape)}")
+    return positions
+
+  def __call__(self, tokens, positions=None, is_training: bool = False, key_mask=None,
+               return_attention: bool = False):
+    """Logits [B, T, C] on every cell (the prediction is cell T - 1's).
+
+    Args:
+      tokens: int [B, T] ids in [0, vocab_size); 0 is the blank cell.
+      positions: [T] or [T, 2] (grid encodings); None: the unsampled ones.
+      is_training: enables the fixed-PE dropout (with dropout_at_evaluation, always on).
+      key_mask: optional bool [B, T]; False keys get no attention.
+      return_attention: also return the attention weights [N, B, H, T, T].
+    """
+    config, encoding = self._config, self._config.encoding
+    chex.assert_rank(tokens, 2)
+    if tokens.shape[1] != config.num_cells:
+      raise ValueError(f"the ito model reads {config.num_cells} cells (a {config.grid_size}x"
+                       f"{config.grid_size} grid), got {tokens.shape[1]} tokens")
+    positions = self._check_positions(positions)
+    channels = jax.nn.one_hot(tokens, config.vocab_size, dtype=jnp.float32)[..., 1:]  # [B, T, V-1]
+    h = TorchLinear(config.d_model, name="embed")(channels)  # [B, T, M]; a blank is the bias.
+    drop = (encoding.term_dropout and config.fixed_pe_dropout > 0
+            and (is_training or config.dropout_at_evaluation))
+    weights = []
+    for layer in range(config.num_layers):
+      with hk.experimental.name_scope(f"block_{layer}"):
+        e = h
+        if encoding.term is not None:
+          params = _get_params(encoding.params(config))
+          if encoding.frozen:
+            params = jax.lax.stop_gradient(params)
+          e = e + encoding.term(positions, params, config)[None]  # [B, T, M]
+        if drop:
+          keep = 1.0 - config.fixed_pe_dropout
+          mask = jax.random.bernoulli(hk.next_rng_key(), keep, e.shape)
+          e = jnp.where(mask, e / keep, 0.0)
+        attention = Attention(config, name="attention")
+        if return_attention:
+          a, w = attention(e, positions, key_mask, return_weights=True)
+          weights.append(w)
+        else:
+          a = attention(e, positions, key_mask)
+        u = _layer_norm(a + e, "attention_norm")
+        f = jax.nn.gelu(TorchLinear(config.mlp_size, name="mlp_in")(u), approximate=False)
+        f = jax.nn.gelu(TorchLinear(config.d_model, name="mlp_out")(f), approximate=False)
+        h = _layer_norm(f + u, "mlp_norm")
+    logits = TorchLinear(self._output_size, name="logits")(h)  # [B, T, C]
+    if return_attention:
+      return logits, jnp.stack(weights)  # [N, B, H, T, T]
+    return logits
+
+
+def make_network(config: ItoConfig, output_size: int) -> hk.Transformed:
+  """hk.transform of the network: init(rng, tokens, positions=None, is_training=False,
+  key_mask=None, return_attention=False) and apply(params, rng, ...the same)."""
+  if output_size < 1:
+    raise ValueError(f"output_size must be >= 1, got {output_size}")
+
+  def forward(tokens, positions=None, is_training=False, key_mask=None, return_attention=False):
+    return ItoTransformer(config, output_size, name="ito")(
+        tokens, positions, is_training, key_mask, return_attention)
+
+  return hk.transform(forward)
+
+
+# --------------------------------------------------------------------------
+# Frozen parameters and counts.
+
+
+def frozen_mask(params, pe: str) -> Any:
+  """A pytree of bools like `params` of encoding `pe`: True for frozen tables (`random`).
+
+  Their gradient is already zero (the forward stops it), so Adam and SGD leave them as
+  they are; an optimizer with weight decay must skip them (optax's `mask=` takes the
+  negation), as PyTorch's AdamW skips parameters that have no gradient.
+  """
+  frozen = get(pe).frozen
+  return {module: {name: frozen and name == "table" and module.split("/")[-1].startswith("block_")
+                   for name in values} for module, values in params.items()}
+
+
+def parameter_count(params, mask=None, trainable_only: bool = True) -> int:
+  """Number of parameters; with trainable_only and a `frozen_mask`, the trainable ones."""
+  leaves = jax.tree_util.tree_leaves(params)
+  if mask is None or not trainable_only:
+    return int(sum(np.size(x) for x in leaves))
+  flags = jax.tree_util.tree_leaves(mask)
+  return int(sum(np.size(x) for x, frozen in zip(leaves, flags) if not frozen))
+
+
+# --------------------------------------------------------------------------
+# The model protocol (`randomized_pe.models`).
+
+
+@dataclasses.dataclass(frozen=True)
+class ItoModel:
+  """Ito's Transformer behind the model protocol of `randomized_pe.models`.
+
+  Differences from the protocol's assumptions (docs/ito.md): the sequence length is
+  fixed (grid_size^2 cells; `check_sequence_length` refuses any other), there is no
+  padding, and the `random` encoding's frozen tables live in `params` with their gradient
+  stopped (the protocol has no separate state): use `frozen_mask` for weight decay.
+  """
+
+  config: ItoConfig
+  output_size: int
+
+  def __post_init__(self):
+    object.__setattr__(self, "_net", make_network(self.config, self.output_size))
+
+  @property
+  def description(self) -> str:
+    c = self.config
+    extra = f", σ={c.pe_sigma:g}" if c.pe == "learn" else ""
+    return f"Ito et al. 2024 Transformer, encoding {c.pe}{extra}"
+
+  def init(self, key, tokens):
+    return self._net.init(key, tokens)
+
+  def apply(self, params, key, tokens, positions=None, *, is_training=False, key_mask=None,
+            num_outputs=None, outputs_from=None):
+    """Logits [B, T, C], or [B, num_outputs, C] from outputs_from (default: the last ones).
+
+    The model's answer is the last cell's: num_outputs=1 gives [B, 1, C].
+    """
+    logits = self._net.apply(params, key, tokens, positions, is_training=is_training,
+                             key_mask=key_mask)
+    if num_outputs is None:
+      return logits
+    length = logits.shape[1]
+    if not 1 <= num_outputs <= length:
+      raise ValueError(f"num_outputs must be in [1, {length}], got {num_outputs}")
+    start = length - num_outputs if outputs_from is None else outputs_from
+    return jax.lax.dynamic_slice_in_dim(logits, start, num_outputs, axis=1)
+
+  def classify(self, params, key, tokens, positions=None, *, is_training=False):
+    """Class logits [B, C] read from the last cell, as the original."""
+    return self.apply(params, key, tokens, positions, is_training=is_training, num_outputs=1)[:, 0]
+
+  def attention_weights(self, params, key, tokens, positions=None, *, is_training=False):
+    """Attention probabilities of every block, [N, B, H, T, T] (for the analyses)."""
+    _, weights = self._net.apply(params, key, tokens, positions, is_training=is_training,
+                                 return_attention=True)
+    return weights
+
+  def position_terms(self, params, positions=None) -> jax.Array:
+    """The additive term of every block, [N, T, M] (zeros for attention encodings)."""
+    config, encoding = self.config, self.config.encoding
+    positions = config.default_positions() if positions is None else jnp.asarray(positions)
+    terms = []
+    for layer in range(config.num_layers):
+      if encoding.term is None:
+        terms.append(jnp.zeros((config.num_cells, config.d_model)))
+        continue
+      block = {name: params[f"ito/block_{layer}"][name]
+               for name in encoding.params(config)} if encoding.params(config) else {}
+      terms.append(encoding.term(positions, block, config))
+    return jnp.stack(terms)
+
+  def frozen_mask(self, params):
+    """True for parameters that are not trained (the `random` encoding's tables)."""
+    return frozen_mask(params, self.config.pe)
+
+  def sample_positions(self, key, length, *, padded_length=None, evaluation=False):
+    self.check_sequence_length(length)
+    if padded_length is not None and padded_length != length:
+      raise ValueError(f"the ito model takes no padding (length {length}, padded_length "
+                       f"{padded_length})")
+    return self.config.sample_positions(key, evaluation)
+
+  def attention_logits_per_sequence(self, length: int) -> int:
+    return self.config.num_heads * length * length
+
+  def check_sequence_length(self, length, what: str = "") -> None:
+    """The grid has exactly grid_size^2 cells: no other length."""
+    if length != self.config.num_cells:
+      raise ValueError(
+          f"the ito model reads exactly {self.config.num_cells} tokens (a "
+          f"{self.config.grid_size}x{self.config.grid_size} grid), got {length}"
+          + (f" ({what})" if what else "") + "; set model.grid_size to match the task")
+
+
+_FIELDS = [f.name for f in dataclasses.fields(ItoConfig)
+           if f.name not in ("vocab_size", "positions", "eval_positions")]
+
+
+def from_config(config, vocab_size: int, output_size: int) -> ItoModel:
+  """Ito's Transformer from a run's config: `config.model` fields named as ItoConfig's
+  (absent ones take ItoConfig's defaults), samplers from training/evaluation.positions."""
+  m = config.model
+  settings = {name: m[name] for name in _FIELDS if name in m}
+  return ItoModel(ItoConfig(
+      vocab_size=vocab_size,
+      positions=config.get("training", {}).get("positions", ""),
+      eval_positions=config.get("evaluation", {}).get("positions", ""),
+      **settings), output_size)
