@@ -53,8 +53,7 @@ def read_json(path: str):
   try:
     return json.loads(text)
   except ValueError as e:
-    raise CorruptFileError(f"{path} is damaged (not valid JSON: {e}); delete it to "
-                           "recreate it") from None
+    raise CorruptFileError(f"{path} is damaged (not valid JSON: {e})") from None
 
 
 def read_jsonl(path: str) -> list:

@@ -114,7 +114,12 @@ def stored_config(workdir: str) -> dict | None:
   path = os.path.join(workdir, CONFIG_FILE)
   if not os.path.exists(path):
     return None
-  return io_utils.read_json(path)
+  try:
+    return io_utils.read_json(path)
+  except io_utils.CorruptFileError as e:
+    raise io_utils.CorruptFileError(
+        f"{e}; it says which run the folder holds: restore it or use another folder"
+    ) from None
 
 
 def check_identity(workdir: str, config_dict: dict, has_checkpoints: bool) -> None:
