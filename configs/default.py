@@ -30,6 +30,16 @@ def get_config(arg=None):
   config.model.max_timescale = 10_000.0
   config.model.learned_init_scale = 1.0
   config.model.compat = "paper"  # Or "release" (docs/release.md).
+  # log-n attention scaling (Su Jianlin; docs/su.md): every attention logit times
+  # log(n) / log(m), n the sequence's true number of tokens, m the reference length
+  # (0: the longest training sequence in tokens, input plus output).
+  config.model.log_n_scaling = False
+  config.model.log_n_reference = 0
+  config.model.log_n_scale_bias = False  # Also scale ALiBi's bias (Su scales Q K^T only).
+  # Sampler equal_mean_beta (docs/su.md): spans M * u, u ~ Beta with mean T / M and
+  # concentration a + b; M = 0: the longest evaluation sequence in tokens.
+  config.model.beta_max_length = 0
+  config.model.beta_concentration = 1.0
 
   config.training = ml_collections.ConfigDict()
   config.training.steps = 2_000_000

@@ -34,8 +34,28 @@ class TrainState(NamedTuple):
   nonfinite: jax.Array  # bool scalar: a non-finite loss was seen.
 
 
+# Model settings whose 0 means a sequence length of the task (input plus output tokens),
+# which only a run knows: setting -> the config section whose max_length gives it.
+_TASK_LENGTH_SETTINGS = {
+    "log_n_reference": "training",  # m of log-n scaling: the longest training sequence.
+    "beta_max_length": "evaluation",  # M of equal_mean_beta: the longest evaluation one.
+}
+
+
 def build_model(config: ml_collections.ConfigDict, task) -> models.Model:
-  """The run's model (`config.model.name`) for `task`'s vocabulary and outputs."""
+  """The run's model (`config.model.name`) for `task`'s vocabulary and outputs.
+
+  Model settings that are task lengths (`_TASK_LENGTH_SETTINGS`) are resolved here,
+  where the task is known, on a copy of the config: the run's config keeps its 0. A
+  max_length below 1 is left unresolved for experiments.validation to report; a model
+  without these settings, or a dataset without lengths, is left as it is.
+  """
+  resolved = {name: data.sequence_length(task, config[section].max_length)
+              for name, section in _TASK_LENGTH_SETTINGS.items()
+              if config.model.get(name) == 0 and config[section].get("max_length", 0) >= 1}
+  if resolved:
+    config = config.copy_and_resolve_references()
+    config.model.update(resolved)
   return models.build(config, data.vocab_size(task), task.output_size)
 
 

@@ -16,8 +16,15 @@ Accelerators get the whole batch in one piece by default.
 
 The logits come from a `score_fn(q, k) -> [b, H, T, S]` that is applied chunk by
 chunk. It may close over arrays that do not depend on the batch (a relative
-position table, an ALiBi bias); they are shared by all chunks and their
-gradients are summed over them.
+position table); they are shared by all chunks and their gradients are summed
+over them. A position bias that does not depend on the content (ALiBi's) may be
+passed apart from it (`bias`), so that log-n scaling can leave it unscaled.
+
+log-n scaling (Su Jianlin, kexue.fm/archives/9444, docs/su.md): the logits of a
+sequence of n keys are multiplied by log(n) / log(m) before the softmax, m a
+reference length (the longest training sequence), so that attention over more
+keys than in training is sharpened rather than spread out. `log_n_scale` gives
+the per-sequence factor; `attention` applies any per-row factor (`logit_scale`).
 """
 
 from __future__ import annotations
@@ -44,6 +51,55 @@ def dot_scores(q: jax.Array, k: jax.Array) -> jax.Array:
   logits (a [b, H, T, S] pass).
   """
   return jnp.einsum("bthd,bshd->bhts", q * (1.0 / math.sqrt(q.shape[-1])), k)
+
+
+def log_n_scale(num_keys: jax.Array, reference: int) -> jax.Array:
+  """log(n) / log(m) for n = num_keys (int [B]) and m = reference: float32 [B].
+
+  Written as 1 + log(n / m) / log(m), which is exactly 1 when n = m (n / m is
+  exactly 1.0 and log(1.0) exactly 0), whatever the rounding of the logarithms;
+  the quotient of two logarithms need not be.
+
+  n = 1 gives 0 (up to rounding): all logits of such a sequence become ~0, which is
+  harmless because a softmax over one key is 1 whatever its logit. Sequences with no
+  key at all (fully masked padding rows) are counted as n = 1 rather than giving
+  log 0 = -inf and NaN outputs.
+
+  Raises:
+    ValueError: if reference < 2 (log 1 = 0 has no ratio).
+  """
+  if not isinstance(reference, int) or reference < 2:
+    raise ValueError(f"the log-n reference length must be an int >= 2 (log 1 = 0), "
+                     f"got {reference!r}")
+  num_keys = jnp.maximum(jnp.asarray(num_keys), 1).astype(jnp.float32)
+  return 1.0 + jnp.log(num_keys / reference) / math.log(reference)
+
+
+def attention_logits(q: jax.Array, k: jax.Array, score_fn: ScoreFn = dot_scores,
+                     bias: Optional[jax.Array] = None, logit_scale: Optional[jax.Array] = None,
+                     scale_bias: bool = False) -> jax.Array:
+  """The logits softmax sees: logit_scale * score_fn(q, k) + bias: [b, H, T, S].
+
+  Args:
+    q: [b, T, H, D] queries; k: [b, S, H, D] keys.
+    score_fn: (q, k) -> [b, H, T, S] logits, scaled by 1 / sqrt(D) and biased as the
+      encoding wants.
+    bias: optional [H, T, S] added after the scale (ALiBi's position bias), or before
+      it with scale_bias.
+    logit_scale: optional float [b]: row b's logits are multiplied by logit_scale[b]
+      (log-n scaling). None leaves the logits as score_fn (+ bias) gives them: not
+      even a multiplication by 1 is added.
+    scale_bias: whether logit_scale also multiplies `bias`.
+  """
+  logits = score_fn(q, k)  # [b, H, T, S]
+  if logit_scale is None:
+    return logits if bias is None else logits + bias[None]
+  scale = logit_scale[:, None, None, None]
+  if bias is None:
+    return logits * scale
+  if scale_bias:
+    return (logits + bias[None]) * scale
+  return logits * scale + bias[None]
 
 
 def default_chunk_rows(batch: int, heads: int, q_len: int, k_len: int,
@@ -81,8 +137,10 @@ def softmax_attend(logits: jax.Array, v: jax.Array, key_mask=None) -> jax.Array:
 
 
 def attention(q: jax.Array, k: jax.Array, v: jax.Array, score_fn: ScoreFn = dot_scores,
-              key_mask=None, *, chunk_rows: Optional[int] = None) -> jax.Array:
-  """softmax(score_fn(q, k)) @ v, computed `chunk_rows` batch rows at a time.
+              key_mask=None, *, bias: Optional[jax.Array] = None,
+              logit_scale: Optional[jax.Array] = None, scale_bias: bool = False,
+              chunk_rows: Optional[int] = None) -> jax.Array:
+  """softmax(attention_logits(q, k, ...)) @ v, computed `chunk_rows` batch rows at a time.
 
   Args:
     q: [B, T, H, D] queries.
@@ -90,6 +148,8 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, score_fn: ScoreFn = dot_
     score_fn: (q, k) of a chunk -> logits [b, H, T, S], scaled and biased as
       the model wants (default: `dot_scores`).
     key_mask: optional bool [B, S]; False keys (padding) get no weight.
+    bias, logit_scale, scale_bias: see `attention_logits` (logit_scale is [B], split
+      into chunks with the rows; bias is shared by all rows).
     chunk_rows: batch rows per chunk; None picks `default_chunk_rows`. A value
       >= B computes the whole batch at once.
 
@@ -102,11 +162,17 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, score_fn: ScoreFn = dot_
   if chunk_rows < 1:
     raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
 
-  def one(args):
-    cq, ck, cv, *cmask = args
-    return softmax_attend(score_fn(cq, ck), cv, cmask[0] if cmask else None)
+  def one(rows):
+    logits = attention_logits(rows["q"], rows["k"], score_fn, bias, rows.get("logit_scale"),
+                              scale_bias)
+    return softmax_attend(logits, rows["v"], rows.get("key_mask"))
 
-  inputs = (q, k, v) if key_mask is None else (q, k, v, key_mask)
+  # The arrays with one row per batch row, split into chunks together.
+  inputs = {"q": q, "k": k, "v": v}
+  if key_mask is not None:
+    inputs["key_mask"] = key_mask
+  if logit_scale is not None:
+    inputs["logit_scale"] = logit_scale
   if chunk_rows >= batch:
     return one(inputs)
 
@@ -122,6 +188,6 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, score_fn: ScoreFn = dot_
     return jnp.swapaxes(x.reshape(chunk_rows, num_chunks, *x.shape[1:]), 0, 1)
 
   body = jax.checkpoint(one, prevent_cse=False)  # Recompute, do not store, in the backward.
-  out = jax.lax.map(body, tuple(split(x) for x in inputs))
+  out = jax.lax.map(body, {name: split(x) for name, x in inputs.items()})
   out = jnp.swapaxes(out, 0, 1).reshape(padded, q_len, heads, head_size)
   return out[:batch]

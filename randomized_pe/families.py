@@ -14,6 +14,7 @@ functions, so the same families serve Haiku, Flax or plain JAX models.
                                                               clamped lookup, init
   rope      attention   max_timescale       yes     yes       per layer
   alibi     attention   -                   yes     no        offset tables, per layer
+            (a bias)
 
 Encoding names (`names()`): each family's name (classic positions, sampler `arange`),
 and `randomized_<family>` (the same family fed by sampler `randomized`) where the
@@ -31,6 +32,15 @@ M d_model):
                                                query_start may be traced) and keys
                                                [b, T, H, D] to logits [b, H, Tq, T],
                                                already scaled by 1/sqrt(D)
+  bias(positions [T], params, ctx, query_shape, query_start) -> [H, Tq, T]
+                                               optional, attention families: logits
+                                               added to the scorer's that do not
+                                               depend on the content (ALiBi's)
+
+A scorer's whole output is one logit; a `bias` is kept apart so that the model can
+treat it differently: log-n attention scaling (`randomized_pe.attention`) multiplies
+the scorer's logits, and the bias only with `log_n_scale_bias` (Su's formula scales
+Q K^T alone). A family whose scorer adds its own bias gets it scaled.
 """
 
 from __future__ import annotations
@@ -94,6 +104,8 @@ class Family:
     name: registry name.
     acts: "none", "embedding" (needs `term`) or "attention" (needs `scorer`).
     term, scorer: the computation (exactly one, matching `acts`; none for "none").
+    bias: optional, attention families only: a content-free position bias added to the
+      scorer's logits (see the module docstring for why it is apart).
     params: ctx -> {name: ParamSpec}.
     settings: the model config fields it reads, with defaults for models that lack them.
     floats: accepts float positions.
@@ -110,6 +122,7 @@ class Family:
   acts: str
   term: Optional[Callable[..., jax.Array]] = None
   scorer: Optional[Callable[..., Callable]] = None
+  bias: Optional[Callable[..., jax.Array]] = None
   params: Callable[[Context], dict] = no_params
   settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   floats: bool = True
@@ -128,6 +141,9 @@ class Family:
       want = {"none": "neither term nor scorer", "embedding": "a term and no scorer",
               "attention": "a scorer and no term"}[self.acts]
       raise ValueError(f"family {self.name!r} acts in {self.acts!r} and needs {want}")
+    if self.bias is not None and self.acts != "attention":
+      raise ValueError(f"family {self.name!r} acts in {self.acts!r}; only attention families "
+                       "take a bias")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,7 +218,13 @@ def _rope_scorer(positions, params, ctx: Context, query_shape, query_start):
   return score
 
 
-def _alibi_scorer(positions, params, ctx: Context, query_shape, query_start):
+def _dot_scorer(positions, params, ctx: Context, query_shape, query_start):
+  """Plain scaled dot products: the content part of a family whose positions are a bias."""
+  del positions, params, ctx, query_shape, query_start
+  return attn_lib.dot_scores
+
+
+def _alibi_bias(positions, params, ctx: Context, query_shape, query_start):
   del params
   slopes = enc.alibi_slopes(query_shape[2])
   if ctx.behaviour.offset_tables:
@@ -210,8 +232,7 @@ def _alibi_scorer(positions, params, ctx: Context, query_shape, query_start):
     bias = enc.alibi_bias_from_distances(enc.toeplitz(enc.signed_offsets(positions)), slopes)
   else:
     bias = enc.alibi_bias(positions, positions, slopes)
-  bias = query_rows(bias, query_start, query_shape[1], axis=1)  # [H, Tq, T]
-  return lambda q, k: attn_lib.dot_scores(q, k) + bias[None]
+  return query_rows(bias, query_start, query_shape[1], axis=1)  # [H, Tq, T]
 
 
 def _relative_params(ctx: Context) -> dict:
@@ -330,5 +351,6 @@ register(Family("relative", "attention", scorer=_relative_scorer, params=_relati
 register(Family("rope", "attention", scorer=_rope_scorer, settings=_TIMESCALE,
                 per_axis=True, release_per_layer=True,
                 description="rotary embeddings (Su et al.)"))
-register(Family("alibi", "attention", scorer=_alibi_scorer, release_offsets=True,
-                release_per_layer=True, description="linear biases (Press et al.)"))
+register(Family("alibi", "attention", scorer=_dot_scorer, bias=_alibi_bias,
+                release_offsets=True, release_per_layer=True,
+                description="linear biases (Press et al.)"))

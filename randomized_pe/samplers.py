@@ -3,7 +3,7 @@
 Positions are data: a sampler is called once per batch, outside the model, and the
 model receives the result as an argument. Every sampler has one signature,
 
-    sampler(key, length, max_position, padded_length=None) -> positions
+    sampler(key, length, max_position, padded_length=None, **settings) -> positions
 
   key            a PRNG key (ignored by deterministic samplers; None is fine for them)
   length         T, the true sequence length; a Python int, or a traced int32 when
@@ -14,6 +14,8 @@ model receives the result as an argument. Every sampler has one signature,
                  compiled program serves every length up to P. Padding entries are
                  max_position - 1 unless a sampler says otherwise; the model masks
                  padded keys, so their value never matters.
+  settings       the model settings the sampler declares (`Sampler.settings`, with
+                 defaults), by keyword; a model passes its own values
 
 Registered samplers (`names()`):
 
@@ -24,6 +26,11 @@ Registered samplers (`names()`):
   offsets        the original release's sorted distance table for relative and ALiBi
                  (docs/release.md, item 5); the release plan of `randomized_pe.families`
                  substitutes it for `randomized` under compat="release"
+  equal_mean_exponential, equal_mean_beta
+                 Su Jianlin's equal-mean positions (docs/su.md): one span s per batch
+                 with mean T, positions linspace(0, 1, T) * s (floats)
+  linspace       linspace(0, 1, T) * T (floats): the mean of those draws, their
+                 evaluation positions
 
 A new sampler is one `register(Sampler(...))` call; configs then accept its name for
 training (`training.positions`) and evaluation (`evaluation.positions`). Samplers may
@@ -34,7 +41,7 @@ table) refuse them before anything compiles.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import jax
 import jax.numpy as jnp
@@ -151,20 +158,106 @@ def offsets(key, length, max_position: int, padded_length: Optional[int] = None)
   return jnp.concatenate([jnp.zeros((1,), jnp.int32), rest])
 
 
+def _stretched(span, length, size: int, fill) -> jax.Array:
+  """linspace(0, 1, length) * span, float32[size]; entries from `length` on are `fill`.
+
+  The spacing is span * (1 / (length - 1)), computed as such (not span / (length - 1))
+  so that a traced length and a Python int give the same bits: a compiler may turn a
+  division by a constant into a product with its reciprocal, but a reciprocal and a
+  product are exact IEEE operations either way. length = 1 gives [0].
+  """
+  length = jnp.asarray(length, jnp.float32)
+  spacing = span * (1.0 / jnp.maximum(length - 1.0, 1.0))
+  k = jnp.arange(size, dtype=jnp.float32)
+  return jnp.where(k < length, k * spacing, fill).astype(jnp.float32)
+
+
+def equal_mean_exponential(key, length, max_position: int,
+                           padded_length: Optional[int] = None):
+  """Su's equal-mean positions, exponential span: linspace(0, 1, T) * s, s ~ Exp(mean T).
+
+  等均值随机位置训练 (kexue.fm/archives/9444): the span s has mean T, so the mean
+  draw is linspace(0, 1, T) * T, about 0..T-1 (the classic positions), while single
+  draws reach far beyond (P(s > 4T) = e^-4). One span per call: shared by the batch
+  and, as for `randomized`, by every layer. The draw of s does not depend on the
+  length, so a padded draw's prefix is the unpadded draw.
+
+  Returns:
+    float32[T] (or [P], padding max_position - 1), sorted, starting at 0. Positions
+    are not bounded by max_position (they never index a table: learned tables refuse
+    float samplers).
+  """
+  size = _static_size(length, padded_length)
+  span = jax.random.exponential(key, dtype=jnp.float32) * jnp.asarray(length, jnp.float32)
+  return _stretched(span, length, size, max_position - 1)
+
+
+def equal_mean_beta(key, length, max_position: int, padded_length: Optional[int] = None, *,
+                    beta_max_length: int, beta_concentration: float):
+  """Su's equal-mean positions, beta span: linspace(0, 1, T) * s, s = M u, u ~ Beta(a, b).
+
+  Su takes the test length M as 1, so the training length is T / M, and draws
+  u ~ Beta(a, b) with mean a / (a + b) = T / M: E[s] = T. The remaining degree of
+  freedom, the concentration a + b (`beta_concentration`; Su gives no value), sets
+  how much mass lies near u = 1, i.e. spans near the test length: small values put
+  more there, large ones gather s around T. s never exceeds M.
+
+  Args:
+    beta_max_length: M, the longest evaluation sequence in tokens (a model setting;
+      experiments.steps.build_model resolves 0 from the task); T may not exceed it.
+    beta_concentration: a + b > 0.
+    (The registry entry holds their defaults: 0, resolved by the model, and 1.0.)
+
+  Returns:
+    float32[T] (or [P], padding max_position - 1), sorted, starting at 0.
+
+  Raises:
+    ValueError: if M < 1, a + b <= 0, or a static T > M. A traced T > M cannot raise
+      and takes s = M.
+  """
+  size = _static_size(length, padded_length)
+  if not isinstance(beta_max_length, int) or beta_max_length < 1:
+    raise ValueError(f"equal_mean_beta needs beta_max_length (M, the longest evaluation "
+                     f"sequence) >= 1, got {beta_max_length!r}")
+  if not beta_concentration > 0:
+    raise ValueError(f"equal_mean_beta needs beta_concentration > 0, got {beta_concentration!r}")
+  if isinstance(length, int) and length > beta_max_length:
+    raise ValueError(f"equal_mean_beta cannot draw spans with mean length={length} > "
+                     f"beta_max_length={beta_max_length} (M)")
+  mean = jnp.minimum(jnp.asarray(length, jnp.float32) * (1.0 / beta_max_length), 1.0)  # T / M
+  # At T = M, b = 0 and the draw is u = 1 (the span M), the limit of the distribution.
+  u = jax.random.beta(key, beta_concentration * mean, beta_concentration * (1.0 - mean))
+  return _stretched(u * beta_max_length, length, size, max_position - 1)
+
+
+def linspace(key, length, max_position: int, padded_length: Optional[int] = None):
+  """linspace(0, 1, T) * T, float32: the mean draw of the equal-mean samplers.
+
+  Their evaluation positions (Su does not state them; docs/su.md): the first
+  positions of a long evaluation sequence then match, on average, the positions
+  seen in training. The key is unused.
+  """
+  del key
+  size = _static_size(length, padded_length)
+  return _stretched(jnp.asarray(length, jnp.float32), length, size, max_position - 1)
+
+
 @dataclasses.dataclass(frozen=True)
 class Sampler:
   """A position sampler and what the rest of the library needs to know about it.
 
   Attributes:
     name: registry name (the value of `training.positions` / `evaluation.positions`).
-    fn: (key, length, max_position, padded_length=None) -> positions (see the module
-      docstring for the contract).
+    fn: (key, length, max_position, padded_length=None, **settings) -> positions (see
+      the module docstring for the contract).
     random: whether it draws from the key (random samplers are redrawn per layer where
       the release did so).
     floats: whether it returns float positions (learned tables refuse them).
     evaluation: the sampler used at evaluation when the config does not choose one
       (None: this sampler itself).
     description: one line for listings and docs.
+    settings: the model settings it reads, with defaults, passed to `fn` by keyword
+      (as families declare theirs); a model gives its own values.
   """
 
   name: str
@@ -173,9 +266,15 @@ class Sampler:
   floats: bool = False
   evaluation: Optional[str] = None
   description: str = ""
+  settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
-  def __call__(self, key, length, max_position: int, padded_length: Optional[int] = None):
-    return self.fn(key, length, max_position, padded_length)
+  def __call__(self, key, length, max_position: int, padded_length: Optional[int] = None,
+               **settings):
+    unknown = sorted(set(settings) - set(self.settings))
+    if unknown:
+      raise ValueError(f"sampler {self.name!r} has no setting {', '.join(unknown)}; its "
+                       f"settings: {', '.join(self.settings) or 'none'}")
+    return self.fn(key, length, max_position, padded_length, **{**self.settings, **settings})
 
 
 SAMPLERS: registry.Registry[Sampler] = registry.Registry("position sampler")
@@ -199,3 +298,12 @@ register(Sampler("evenly_spaced", evenly_spaced, random=False,
                  description="floor(k L / T), spread evenly over [0, L)"))
 register(Sampler("offsets", offsets, random=True,
                  description="the release's sorted distance table (relative, ALiBi)"))
+register(Sampler("linspace", linspace, random=False, floats=True,
+                 description="linspace(0, 1, T) * T (floats): the mean equal-mean draw"))
+register(Sampler("equal_mean_exponential", equal_mean_exponential, random=True, floats=True,
+                 evaluation="linspace",
+                 description="linspace(0, 1, T) * s, s ~ Exp(mean T) (Su, floats)"))
+register(Sampler("equal_mean_beta", equal_mean_beta, random=True, floats=True,
+                 evaluation="linspace",
+                 settings={"beta_max_length": 0, "beta_concentration": 1.0},
+                 description="linspace(0, 1, T) * M u, u ~ Beta, E = T (Su, floats)"))

@@ -148,14 +148,22 @@ def test_dropout_at_evaluation_only_in_release_mode():
     ("none", "release", False), ("rope", "release", False), ("sin_cos", "release", True),
     ("none", "paper", True), ("rope", "paper", True),
 ])
-def test_embedding_dropout_only_after_additive_encodings_in_release_mode(pe, compat, varies):
-  # With no layers the logits see only the (dropped-out or not) embeddings.
-  config = rpe.EncoderConfig(vocab_size=5, pe=pe, compat=compat,
-                             **{**TINY, "num_layers": 0})
+def test_embedding_dropout_only_after_additive_encodings_in_release_mode(pe, compat, varies,
+                                                                        monkeypatch):
+  # The first attention layer's input is the (dropped-out or not) embeddings.
+  inputs = []
+  call = model_lib.MultiHeadAttention.__call__
+
+  def spy(self, x, *args, **kwargs):
+    inputs.append(np.asarray(x))
+    return call(self, x, *args, **kwargs)
+
+  monkeypatch.setattr(model_lib.MultiHeadAttention, "__call__", spy)
+  config = rpe.EncoderConfig(vocab_size=5, pe=pe, compat=compat, **{**TINY, "num_layers": 1})
   model, params, tokens = _init(config)
-  a = model.apply(params, jax.random.PRNGKey(1), tokens, is_training=True)
-  b = model.apply(params, jax.random.PRNGKey(2), tokens, is_training=True)
-  assert (np.max(np.abs(np.asarray(a - b))) > 1e-6) == varies
+  for seed in (1, 2):
+    model.apply(params, jax.random.PRNGKey(seed), tokens, is_training=True)
+  assert (np.max(np.abs(inputs[-1] - inputs[-2])) > 1e-6) == varies
 
 
 def test_key_mask_makes_padding_invisible():
@@ -171,12 +179,52 @@ def test_key_mask_makes_padding_invisible():
 
 
 def test_config_errors_list_valid_choices():
-  with pytest.raises(ValueError, match="valid names"):
+  with pytest.raises(ValueError, match="^model.pe: unknown positional encoding 'nope'; valid"):
     rpe.EncoderConfig(vocab_size=3, pe="nope")
-  with pytest.raises(ValueError, match="valid choices: paper, release"):
+  with pytest.raises(ValueError, match="^model.compat: .*valid choices: paper, release"):
     rpe.EncoderConfig(vocab_size=3, compat="both")
-  with pytest.raises(ValueError, match="divisible"):
-    rpe.EncoderConfig(vocab_size=3, d_model=30, num_heads=4)
+  with pytest.raises(ValueError, match="^training.positions: unknown position sampler 'grid'"):
+    rpe.EncoderConfig(vocab_size=3, positions="grid")
+  with pytest.raises(ValueError, match="^evaluation.positions: unknown position sampler 'grid'"):
+    rpe.EncoderConfig(vocab_size=3, eval_positions="grid")
+
+
+@pytest.mark.parametrize("fields,message", [
+    (dict(vocab_size=0), "vocab_size must be an int >= 1, got 0"),
+    (dict(num_layers=0), "model.num_layers must be an int >= 1, got 0"),
+    (dict(num_heads=0), "model.num_heads must be an int >= 1, got 0"),
+    (dict(num_heads=2.0), "model.num_heads must be an int >= 1, got 2.0"),
+    (dict(d_model=0), "model.d_model must be an int >= 1, got 0"),
+    (dict(d_model=30, num_heads=4), "model.d_model=30 must be divisible by model.num_heads=4"),
+    (dict(d_model=12, num_heads=4), "model.d_model=12 and the head size 3 must be even"),
+    (dict(widening_factor=0), "model.widening_factor must be an int >= 1, got 0"),
+    (dict(dropout_rate=1.0), r"model.dropout_rate must be a number in \[0, 1\), got 1.0"),
+    (dict(dropout_rate=-0.1), r"model.dropout_rate must be a number in \[0, 1\), got -0.1"),
+    (dict(max_position=0), "model.max_position must be an int >= 1, got 0"),
+    (dict(max_timescale=0.0), "model.max_timescale must be > 0, got 0.0"),
+    (dict(emb_init_scale=-0.1), "model.emb_init_scale must be >= 0, got -0.1"),
+    (dict(learned_init_scale=-1.0), "model.learned_init_scale must be >= 0, got -1.0"),
+    (dict(log_n_scaling=1), "model.log_n_scaling must be a bool, got 1"),
+    (dict(log_n_scale_bias="no"), "model.log_n_scale_bias must be a bool, got 'no'"),
+    (dict(log_n_scaling=True), r"model.log_n_reference must be >= 2 with log_n_scaling on, "
+                               r"got 0 \(0, the longest training sequence, is resolved"),
+    (dict(log_n_scaling=True, log_n_reference=1),
+     r"model.log_n_reference must be 0 or an int >= 2 \(log 1 = 0\), got 1"),
+    (dict(log_n_reference=-3),
+     r"model.log_n_reference must be 0 or an int >= 2 \(log 1 = 0\), got -3"),
+    (dict(beta_max_length=-1), "model.beta_max_length must be an int >= 0, got -1"),
+    (dict(beta_concentration=0.0), "model.beta_concentration must be > 0, got 0.0"),
+    (dict(positions="equal_mean_beta"),
+     r"training.positions: equal_mean_beta needs beta_max_length \(M, the longest evaluation "
+     r"sequence\) >= 1, got 0"),
+    (dict(attention_chunk_rows=0), "attention_chunk_rows must be >= 1 or None, got 0"),
+])
+def test_every_config_field_is_checked_with_a_one_line_message_naming_its_key(fields, message):
+  with pytest.raises(ValueError, match="^" + message) as error:
+    rpe.EncoderConfig(**{"vocab_size": 3, **fields})
+  assert "\n" not in str(error.value)
+  # The defaults (and the new settings off) are valid.
+  rpe.EncoderConfig(vocab_size=3, log_n_scaling=True, log_n_reference=2, emb_init_scale=0.0)
 
 
 @pytest.mark.parametrize("pe,compat", [

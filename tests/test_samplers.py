@@ -66,17 +66,19 @@ def test_arange():
   assert positions.arange(None, 4).dtype == jnp.int32
 
 
-@pytest.mark.parametrize("name", ["arange", "randomized", "unsorted", "evenly_spaced", "offsets"])
+@pytest.mark.parametrize("name", ["arange", "randomized", "unsorted", "evenly_spaced", "offsets",
+                                  "linspace", "equal_mean_exponential", "equal_mean_beta"])
 def test_padded_draw_equals_the_unpadded_draw_for_every_length(name):
   # One program (length traced) for every length up to 12; its first n entries are
-  # the unpadded draw for n.
+  # the unpadded draw for n (bit for bit, floats included).
   sampler = positions.get(name)
+  settings = {"beta_max_length": 30} if "beta_max_length" in sampler.settings else {}
   key = jax.random.PRNGKey(11)
-  jitted = jax.jit(lambda n: sampler(key, n, 64, padded_length=12))
+  jitted = jax.jit(lambda n: sampler(key, n, 64, padded_length=12, **settings))
   for n in range(1, 13):
     got = np.asarray(jitted(n))
     assert got.shape == (12,)
-    np.testing.assert_array_equal(got[:n], sampler(key, n, 64))
+    np.testing.assert_array_equal(got[:n], sampler(key, n, 64, **settings))
     if name != "arange":
       assert np.all(got[n:] == 63)
 
@@ -86,6 +88,13 @@ def test_evenly_spaced():
   np.testing.assert_array_equal(even, [0, 8, 16, 24, 32, 40, 48, 56])
   # Su's example: 512 positions spread over L = 2048.
   np.testing.assert_array_equal(positions.evenly_spaced(None, 512, 2048), np.arange(0, 2048, 4))
+
+
+def test_float_samplers_are_declared_as_such():
+  assert [n for n in positions.names() if positions.get(n).floats] == [
+      "linspace", "equal_mean_exponential", "equal_mean_beta"]
+  assert positions.get("equal_mean_beta").settings == {"beta_max_length": 0,
+                                                       "beta_concentration": 1.0}
 
 
 def test_registry_lists_valid_choices_and_refuses_twins():

@@ -10,7 +10,9 @@ M d_model, V vocabulary (input ids), O output size, N num_layers.
 
 Encodings enter through their family (`randomized_pe.families`): the model creates
 the parameters a family declares and calls its pure `term` (added to the embeddings)
-or `scorer` (the attention logits); nothing here tests an encoding's name.
+or `scorer` and `bias` (the attention logits); nothing here tests an encoding's name.
+log-n attention scaling (`log_n_scaling`, docs/su.md) works with every family: the
+model multiplies the logits of each sequence by a factor from its unmasked key count.
 compat="release" reproduces the original release: the behaviour record
 (`randomized_pe.release`) is resolved once, and each use is marked "release item k"
 (docs/release.md).
@@ -34,6 +36,14 @@ from randomized_pe import release as release_lib
 from randomized_pe import samplers as samplers_lib
 
 
+def _is_int(value) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+  return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 @dataclasses.dataclass(frozen=True)
 class EncoderConfig:
   """Hyperparameters of the encoder; defaults are the paper's.
@@ -45,7 +55,8 @@ class EncoderConfig:
     positions: the training sampler (`randomized_pe.samplers.names()`); "" takes
       the encoding's (arange, or randomized for `randomized_<family>`).
     eval_positions: the evaluation sampler; "" takes the training sampler's
-      evaluation default (for the built-in samplers: the training sampler itself).
+      evaluation default (for the built-in integer samplers: the training sampler
+      itself; for the equal-mean samplers: `linspace`).
     num_layers, num_heads, d_model, widening_factor: architecture.
     dropout_rate: dropout probability (0 disables dropout).
     emb_init_scale: std (before truncation) of the truncated-normal token embedding init.
@@ -58,6 +69,18 @@ class EncoderConfig:
     attention_chunk_rows: batch rows per attention chunk (see
       `randomized_pe.attention`); None picks them for the backend (whole batch
       on accelerators, cache-sized chunks on CPU). Changes speed, not results.
+    log_n_scaling: multiply every attention logit by log(n) / log(m) before the
+      softmax (Su; docs/su.md), n the number of unmasked keys of the sequence and m
+      `log_n_reference`. Off: the computation is exactly the one without the option.
+    log_n_reference: m, an int >= 2 when log_n_scaling is on (0 in a run's config
+      means the longest training sequence, resolved by experiments.steps.build_model).
+    log_n_scale_bias: log-n scaling also multiplies a family's separate position
+      bias (ALiBi's); off, only the scorer's logits are scaled (Su's formula scales
+      Q K^T). Ignored without log_n_scaling.
+    beta_max_length, beta_concentration: M and a + b of the `equal_mean_beta`
+      sampler (see there; 0 in a run's config means the longest evaluation
+      sequence, resolved by experiments.steps.build_model). Read by samplers that
+      declare them only.
   """
 
   vocab_size: int
@@ -75,35 +98,83 @@ class EncoderConfig:
   learned_init_scale: float = 1.0
   compat: str = "paper"
   attention_chunk_rows: Optional[int] = None
+  log_n_scaling: bool = False
+  log_n_reference: int = 0
+  log_n_scale_bias: bool = False
+  beta_max_length: int = 0
+  beta_concentration: float = 1.0
 
   def __post_init__(self):
-    encoding = families.get(self.pe)  # Validates the name.
-    behaviour = release_lib.resolve(self.compat)
-    for name, value, low in [("vocab_size", self.vocab_size, 1), ("num_layers", self.num_layers, 0),
-                             ("num_heads", self.num_heads, 1), ("d_model", self.d_model, 1),
-                             ("widening_factor", self.widening_factor, 1),
-                             ("max_position", self.max_position, 1)]:
-      if not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    self.validate()
+
+  def validate(self) -> None:
+    """Raises a one-line ValueError naming the config key of the first bad field.
+
+    Fields come from a run's config (`from_config`): `model.<field>`, except
+    `positions` (training.positions), `eval_positions` (evaluation.positions),
+    vocab_size (from the task) and attention_chunk_rows (set in code).
+    """
+    # (config key, value, predicate, what it must be)
+    rules = [("vocab_size", self.vocab_size, lambda v: _is_int(v) and v >= 1, "an int >= 1")]
+    for name in ("num_layers", "num_heads", "d_model", "widening_factor", "max_position"):
+      rules.append((name, getattr(self, name), lambda v: _is_int(v) and v >= 1, "an int >= 1"))
+    rules += [
+        ("dropout_rate", self.dropout_rate, lambda v: _is_number(v) and 0 <= v < 1,
+         "a number in [0, 1)"),
+        ("max_timescale", self.max_timescale, lambda v: _is_number(v) and v > 0, "> 0"),
+        ("emb_init_scale", self.emb_init_scale, lambda v: _is_number(v) and v >= 0, ">= 0"),
+        ("learned_init_scale", self.learned_init_scale, lambda v: _is_number(v) and v >= 0,
+         ">= 0"),
+        ("log_n_scaling", self.log_n_scaling, lambda v: isinstance(v, bool), "a bool"),
+        ("log_n_scale_bias", self.log_n_scale_bias, lambda v: isinstance(v, bool), "a bool"),
+        ("log_n_reference", self.log_n_reference, lambda v: _is_int(v) and (v == 0 or v >= 2),
+         "0 or an int >= 2 (log 1 = 0)"),
+        ("beta_max_length", self.beta_max_length, lambda v: _is_int(v) and v >= 0,
+         "an int >= 0"),
+        ("beta_concentration", self.beta_concentration, lambda v: _is_number(v) and v > 0,
+         "> 0"),
+    ]
+    for name, value, check, phrase in rules:
+      if not check(value):
+        key = name if name == "vocab_size" else f"model.{name}"
+        raise ValueError(f"{key} must be {phrase}, got {value!r}")
+    if self.log_n_scaling and self.log_n_reference == 0:
+      raise ValueError("model.log_n_reference must be >= 2 with log_n_scaling on, got 0 (0, "
+                       "the longest training sequence, is resolved by "
+                       "experiments.steps.build_model)")
     if self.d_model % self.num_heads:
-      raise ValueError(
-          f"d_model={self.d_model} must be divisible by num_heads={self.num_heads}")
+      raise ValueError(f"model.d_model={self.d_model} must be divisible by "
+                       f"model.num_heads={self.num_heads}")
     if self.d_model % 2 or (self.d_model // self.num_heads) % 2:
-      raise ValueError("d_model and the head size must be even for sin/cos and RoPE")
-    if self.attention_chunk_rows is not None and self.attention_chunk_rows < 1:
-      raise ValueError(f"attention_chunk_rows must be >= 1 or None, got {self.attention_chunk_rows}")
-    if not 0.0 <= self.dropout_rate < 1.0:
-      raise ValueError(f"dropout_rate must be in [0, 1), got {self.dropout_rate}")
-    for name in ("emb_init_scale", "learned_init_scale", "max_timescale"):
-      if not getattr(self, name) > 0:
-        raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-    for sampler in (self.train_sampler, self.eval_sampler):
-      if sampler.floats and not encoding.family.floats:
+      raise ValueError(f"model.d_model={self.d_model} and the head size "
+                       f"{self.d_model // self.num_heads} must be even (sin/cos and RoPE "
+                       "pair features)")
+    if self.attention_chunk_rows is not None and not (
+        _is_int(self.attention_chunk_rows) and self.attention_chunk_rows >= 1):
+      raise ValueError(f"attention_chunk_rows must be >= 1 or None, got "
+                       f"{self.attention_chunk_rows!r}")
+    for key, lookup in [("model.pe", lambda: self.encoding),
+                        ("model.compat", lambda: self.behaviour),
+                        ("training.positions", lambda: self.train_sampler),
+                        ("evaluation.positions", lambda: self.eval_sampler)]:
+      try:
+        lookup()
+      except ValueError as error:
+        raise ValueError(f"{key}: {error}") from None
+    family, behaviour = self.family, self.behaviour
+    for key, sampler in [("training.positions", self.train_sampler),
+                         ("evaluation.positions", self.eval_sampler)]:
+      if sampler.floats and not family.floats:
         raise ValueError(
-            f"sampler {sampler.name!r} gives float positions, which {self.pe} cannot take "
-            f"(a table needs integers); families that take floats: "
+            f"{key}: sampler {sampler.name!r} gives float positions, which {self.pe} cannot "
+            f"take (a table needs integers); families that take floats: "
             f"{', '.join(families.families_accepting(floats=True))}")
-      families.release_sampler(encoding.family, sampler, behaviour)  # Raises if impossible.
+      families.release_sampler(family, sampler, behaviour)  # Raises if impossible.
+      try:  # A sampler's own checks of its settings: traced, not compiled.
+        jax.eval_shape(lambda key, sampler=sampler: self._draw(sampler, key, 1),
+                       jax.ShapeDtypeStruct((2,), jnp.uint32))
+      except ValueError as error:
+        raise ValueError(f"{key}: {error}") from None
 
   @property
   def encoding(self) -> families.Encoding:
@@ -159,8 +230,13 @@ class EncoderConfig:
     sampler = families.release_sampler(family, sampler, behaviour)  # Release item 5.
     if families.draws_per_layer(family, sampler, behaviour):  # Release item 2.
       keys = jax.random.split(key, self.num_layers)
-      return jax.vmap(lambda k: sampler(k, length, self.max_position, padded_length))(keys)
-    return sampler(key, length, self.max_position, padded_length)
+      return jax.vmap(lambda k: self._draw(sampler, k, length, padded_length))(keys)
+    return self._draw(sampler, key, length, padded_length)
+
+  def _draw(self, sampler: samplers_lib.Sampler, key, length, padded_length=None):
+    """One draw of `sampler` with the settings it declares taken from this config."""
+    settings = {name: getattr(self, name, default) for name, default in sampler.settings.items()}
+    return sampler(key, length, self.max_position, padded_length, **settings)
 
 
 def _get_params(specs: dict) -> dict:
@@ -186,11 +262,14 @@ class MultiHeadAttention(hk.Module):
     super().__init__(name=name)
     self._config = config
 
-  def __call__(self, x, positions, key_mask=None, num_queries=None, query_start=None):
+  def __call__(self, x, positions, key_mask=None, num_queries=None, query_start=None,
+               logit_scale=None):
     """x: [B, T, M]; positions: [T]; key_mask: optional bool [B, T] -> [B, Tq, M].
 
     num_queries: only Tq positions ask (default all T), from query_start (default
-    the last Tq; may be traced); all T answer.
+    the last Tq; may be traced); all T answer. logit_scale: optional float [B]
+    multiplying each sequence's logits (log-n scaling; the family's separate bias
+    only with log_n_scale_bias).
     """
     config = self._config
     batch, length, _ = x.shape
@@ -207,13 +286,16 @@ class MultiHeadAttention(hk.Module):
       k, v = jnp.split(x @ jnp.concatenate([w_k, w_v], axis=1), 2, axis=-1)
     q, k, v = (y.reshape(batch, y.shape[1], heads, head_size) for y in (q, k, v))  # [B, T, H, D]
     family = config.family
+    score, bias = attn_lib.dot_scores, None
     if family.acts == "attention":
       ctx = config.context
-      score = family.scorer(positions, _get_params(family.params(ctx)), ctx, q.shape,
-                            query_start)
-    else:
-      score = attn_lib.dot_scores
-    out = attn_lib.attention(q, k, v, score, key_mask, chunk_rows=config.attention_chunk_rows)
+      params = _get_params(family.params(ctx))
+      score = family.scorer(positions, params, ctx, q.shape, query_start)
+      if family.bias is not None:
+        bias = family.bias(positions, params, ctx, q.shape, query_start)  # [H, Tq, T]
+    out = attn_lib.attention(q, k, v, score, key_mask, bias=bias, logit_scale=logit_scale,
+                             scale_bias=config.log_n_scale_bias,
+                             chunk_rows=config.attention_chunk_rows)
     return hk.Linear(config.d_model, with_bias=False, name="output")(
         out.reshape(batch, num_queries, heads * head_size))
 
@@ -316,12 +398,18 @@ class Encoder(hk.Module):
       outputs_from = length - num_outputs
     if isinstance(outputs_from, int) and not 0 <= outputs_from <= length - num_outputs:
       raise ValueError(f"outputs_from must be in [0, {length - num_outputs}], got {outputs_from}")
+    logit_scale = None  # None, not a factor of 1: with the option off nothing changes.
+    if config.log_n_scaling:
+      # n: the keys each sequence really has (padded keys are masked), [B].
+      num_keys = (jnp.full((batch,), length) if key_mask is None
+                  else jnp.sum(key_mask, axis=-1, dtype=jnp.int32))
+      logit_scale = attn_lib.log_n_scale(num_keys, config.log_n_reference)  # [B]
     for layer in range(config.num_layers):
       # Nothing after the last layer mixes positions: it needs only the outputs.
       queries = num_outputs if layer == config.num_layers - 1 else None
       attn = MultiHeadAttention(config, name=f"attention_{layer}")(
-          h, layer_positions[layer], key_mask, queries, outputs_from if queries else None
-      )
+          h, layer_positions[layer], key_mask, queries, outputs_from if queries else None,
+          logit_scale)
       if queries is not None:
         h = families.query_rows(h, outputs_from, queries, axis=1)
       h = _layer_norm(h + dropout(attn), name=f"attention_norm_{layer}")
@@ -399,4 +487,9 @@ def from_config(config, vocab_size: int, output_size: int) -> EncoderModel:
       num_heads=m.num_heads, d_model=m.d_model, widening_factor=m.widening_factor,
       dropout_rate=m.dropout_rate, emb_init_scale=m.emb_init_scale,
       max_position=m.max_position, max_timescale=m.max_timescale,
-      learned_init_scale=m.learned_init_scale, compat=m.compat), output_size)
+      learned_init_scale=m.learned_init_scale, compat=m.compat,
+      # Settings added later: configs saved before them read as off.
+      log_n_scaling=m.get("log_n_scaling", False), log_n_reference=m.get("log_n_reference", 0),
+      log_n_scale_bias=m.get("log_n_scale_bias", False),
+      beta_max_length=m.get("beta_max_length", 0),
+      beta_concentration=m.get("beta_concentration", 1.0)), output_size)
