@@ -1,6 +1,6 @@
 """Tables and figures of a sweep beside the paper's numbers.
 
-  python -m experiments.report --sweep_dir=runs/small [--out_dir=DIR]
+  python -m experiments.report --sweep_dir=runs/small [--out_dir=DIR] [--kind=auto]
 
 Writes into OUT_DIR (default SWEEP_DIR/report):
   table1.md / table1.csv  max over seeds and learning rates of the unseen-length
@@ -11,6 +11,13 @@ Writes into OUT_DIR (default SWEEP_DIR/report):
                           encoding, averaged over tasks (the paper: 12.0 points)
   figures/TASK.png        accuracy against length per encoding (best model), with
                           the training range shaded, like the paper's Figure 4
+A sweep with variants (`sweep.variants`, e.g. configs/su.py) gets instead:
+  variants.md / variants.csv  mean ± std over seeds of the unseen-length accuracy per
+                          (task, variant), at the learning rate with the best mean
+  figures/TASK.png        accuracy against length, a line per variant (mean over
+                          seeds, the band ± one std), training range shaded
+--kind=auto (default) picks the variants report when the jobs' config.json name
+variants, else the paper's tables; --kind=paper or --kind=variants forces one.
 A missing job (an unfinished sweep) is shown as a missing cell, never as zero.
 The published numbers come from experiments/data/paper_results.json, a copy of
 the tables of Ruoss et al., "Randomized Positional Encodings Boost Length
@@ -31,6 +38,7 @@ from experiments import io_utils
 PAPER_RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
                              "paper_results.json")
 MISSING = "–"
+KINDS = ("auto", "paper", "variants")
 
 
 def load_paper() -> dict:
@@ -184,18 +192,149 @@ def plot_task(task: str, results: dict, encodings, path: str) -> None:
   plt.close(fig)
 
 
-def write_report(sweep_dir: str, out_dir: str | None = None) -> dict:
-  """Writes every report file; returns the tables and headline."""
-  from experiments import io_utils  # pylint: disable=import-outside-toplevel
+# The variants report (a sweep with `sweep.variants`, e.g. configs/su.py).
 
+
+def sweep_variants(sweep_dir: str, results: dict) -> list[str] | None:
+  """The sweep's variant names in the config's order, from the jobs' config.json
+  (`sweep.encodings` then `sweep.variants`); None if no job's config names variants."""
+  from experiments import sweep  # pylint: disable=import-outside-toplevel
+  from experiments import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
+
+  for task, name in results:
+    try:
+      stored = workdir_lib.stored_config(os.path.join(sweep_dir, task, name)) or {}
+    except io_utils.CorruptFileError:
+      continue
+    sweep_config = stored.get("sweep") or {}
+    if sweep_config.get("variants"):
+      try:
+        return [n for n, _ in sweep.variants(sweep_config)]
+      except ValueError:
+        continue
+  return None
+
+
+def _best_rate_models(result: dict) -> list[dict]:
+  """The models (one per seed) at the learning rate whose mean unseen accuracy is best,
+  as table4_value chooses it; models without an unseen score are left out."""
+  by_rate = {}
+  for m in result["models"]:
+    if m["scores"]["unseen"] is not None:
+      by_rate.setdefault(m["learning_rate"], []).append(m)
+  if not by_rate:
+    return []
+  return max(by_rate.values(), key=lambda ms: np.mean([m["scores"]["unseen"] for m in ms]))
+
+
+def variant_value(result: dict) -> tuple[float, float, int] | None:
+  """(mean, std, number of seeds) of the unseen accuracy in %, over seeds at the best
+  learning rate; std is NumPy's (ddof=0), as in Table 4."""
+  models = _best_rate_models(result)
+  if not models:
+    return None
+  scores = [100 * m["scores"]["unseen"] for m in models]
+  return float(np.mean(scores)), float(np.std(scores)), len(scores)
+
+
+def build_variant_table(results: dict, order: list[str] | None, paper: dict):
+  """Returns (tasks, variants, cells); a cell is variant_value or None (missing)."""
+  tasks = _ordered({t for t, _ in results}, list(paper["task_levels"]))
+  names = _ordered({v for _, v in results}, order or [])
+  cells = {(task, name): (variant_value(results[task, name]) if (task, name) in results
+                          else None)
+           for task in tasks for name in names}
+  return tasks, names, cells
+
+
+def variant_markdown(tasks, names, cells) -> str:
+  lines = ["| task | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+  for task in tasks:
+    row = [MISSING if cells[task, n] is None else f"{cells[task, n][0]:.1f} ± {cells[task, n][1]:.1f}"
+           for n in names]
+    lines.append(f"| {task} | " + " | ".join(row) + " |")
+  return "\n".join(lines)
+
+
+def variant_csv(tasks, names, cells) -> str:
+  buffer = io.StringIO()
+  writer = csv.writer(buffer)
+  writer.writerow(["task", "variant", "mean", "std", "seeds"])
+  for task in tasks:
+    for name in names:
+      cell = cells[task, name]
+      writer.writerow([task, name] + (["", "", ""] if cell is None else
+                                      [f"{cell[0]:.2f}", f"{cell[1]:.2f}", cell[2]]))
+  return buffer.getvalue()
+
+
+def plot_variants(task: str, results: dict, names, path: str) -> None:
+  """Accuracy against length per variant: mean over seeds at the best learning rate,
+  a band of ± one std, the training range shaded."""
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+
+  fig, ax = plt.subplots(figsize=(8, 4.5))
+  training_range = None
+  for i, name in enumerate(names):
+    result = results.get((task, name))
+    models = _best_rate_models(result) if result else []
+    if not models:
+      continue
+    accuracy = 100 * np.asarray([m["accuracy"] for m in models], dtype=float)
+    mean, std = accuracy.mean(axis=0), accuracy.std(axis=0)
+    line, = ax.plot(result["lengths"], mean, label=f"{name} ({len(models)} seeds)",
+                    linestyle=("-", "--", ":", "-.")[i // 10 % 4],
+                    color=plt.get_cmap("tab10")(i % 10))
+    ax.fill_between(result["lengths"], mean - std, mean + std, color=line.get_color(),
+                    alpha=0.12, linewidth=0)
+    training_range = result["training_lengths"]
+  if training_range:
+    ax.axvspan(training_range[0], training_range[1], color="grey", alpha=0.15,
+               label="training lengths")
+  ax.set(xlabel="sequence length", ylabel="accuracy (%)", title=task, ylim=(0, 102))
+  ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def write_variant_report(sweep_dir: str, results: dict, order, out_dir: str) -> dict:
+  tasks, names, cells = build_variant_table(results, order, load_paper())
+  note = ("Mean ± std over seeds (at the learning rate with the best mean) of the accuracy "
+          f"in % averaged over the unseen test lengths; {MISSING} marks a job not (yet) "
+          "finished.")
+  md = f"## Unseen-length accuracy per variant\n\n{note}\n\n" + variant_markdown(
+      tasks, names, cells)
+  io_utils.atomic_write_text(os.path.join(out_dir, "variants.md"), md + "\n")
+  io_utils.atomic_write_text(os.path.join(out_dir, "variants.csv"),
+                             variant_csv(tasks, names, cells))
+  for task in tasks:
+    plot_variants(task, results, names, os.path.join(out_dir, "figures", f"{task}.png"))
+  return {"kind": "variants", "tasks": tasks, "variants": names, "cells": cells,
+          "table": md, "out_dir": out_dir}
+
+
+def write_report(sweep_dir: str, out_dir: str | None = None, kind: str = "auto") -> dict:
+  """Writes every report file; returns the tables (and the paper kind's headline).
+
+  kind: "paper" (Table 1, Table 4, headline), "variants" (write_variant_report) or
+  "auto": "variants" when the jobs' config.json name `sweep.variants`.
+  """
+  if kind not in KINDS:
+    raise ValueError(f"unknown report kind {kind!r}; valid choices: {', '.join(KINDS)}")
   if not os.path.isdir(sweep_dir):
     raise ValueError(f"no sweep folder at {sweep_dir}")
   results = load_sweep(sweep_dir)
   if not results:
     raise ValueError(f"no finished job (eval.json) under {sweep_dir}")
-  paper = load_paper()
   out_dir = out_dir or os.path.join(sweep_dir, "report")
+  order = sweep_variants(sweep_dir, results) if kind != "paper" else None
   os.makedirs(os.path.join(out_dir, "figures"), exist_ok=True)
+  if kind == "variants" or (kind == "auto" and order is not None):
+    return write_variant_report(sweep_dir, results, order, out_dir)
+  paper = load_paper()
   tasks, encodings, t1, t4 = build_tables(results, paper)
   head = headline(tasks, encodings, t1)
   head["paper_published"] = paper["headline"]
@@ -213,8 +352,8 @@ def write_report(sweep_dir: str, out_dir: str | None = None) -> dict:
   io_utils.write_json(os.path.join(out_dir, "headline.json"), head)
   for task in tasks:
     plot_task(task, results, encodings, os.path.join(out_dir, "figures", f"{task}.png"))
-  return {"tasks": tasks, "encodings": encodings, "table1": t1_md, "table4": t4_md,
-          "headline": head, "out_dir": out_dir}
+  return {"kind": "paper", "tasks": tasks, "encodings": encodings, "table1": t1_md,
+          "table4": t4_md, "headline": head, "out_dir": out_dir}
 
 
 def main(argv):
@@ -222,9 +361,13 @@ def main(argv):
   from experiments import cli  # pylint: disable=import-outside-toplevel
 
   try:
-    report = write_report(_SWEEP_DIR.value, _OUT_DIR.value)
+    report = write_report(_SWEEP_DIR.value, _OUT_DIR.value, _KIND.value)
   except ValueError as e:
     cli.fail(cli.one_line(e))
+  if report["kind"] == "variants":
+    print(report["table"])
+    print(f"\nwritten to {report['out_dir']}")
+    return
   print(report["table1"])
   ours = report["headline"]["ours"]
   if ours["average_gain_points"] is not None:
@@ -242,4 +385,6 @@ if __name__ == "__main__":
 
   _SWEEP_DIR = flags.DEFINE_string("sweep_dir", None, "Sweep folder.", required=True)
   _OUT_DIR = flags.DEFINE_string("out_dir", None, "Output folder (default SWEEP_DIR/report).")
+  _KIND = flags.DEFINE_enum("kind", "auto", KINDS, "Which report: the paper's tables, the "
+                            "variants table, or auto (variants if the sweep has them).")
   cli.run(main)

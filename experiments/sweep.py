@@ -1,10 +1,13 @@
-"""Run a sweep of (task, encoding) jobs, each a grid of seeds x learning rates.
+"""Run a sweep of (task, variant) jobs, each a grid of seeds x learning rates.
 
   python -m experiments.sweep --config=configs/table1.py:scale=small --sweep_dir=runs/small
   python -m experiments.sweep --config=configs/table1.py --sweep_dir=/shared/table1 \
       --executor=ray --ray_address=auto --gpus_per_job=1
 
-Each job writes into SWEEP_DIR/TASK/ENCODING/ (the files of experiments.train,
+Jobs are tasks x variants: `sweep.encodings` (the variant ENC sets model.pe=ENC) and
+`sweep.variants`, (name, {dotted setting: value}) pairs such as
+("rope+logn", {"model.pe": "rope", "model.log_n_scaling": True}) (configs/su.py).
+Each job writes into SWEEP_DIR/TASK/VARIANT/ (the files of experiments.train,
 eval.json last and atomically). Re-running the command skips finished jobs and
 resumes unfinished ones from their checkpoints, so a sweep survives a dead
 worker or a killed driver. Executors:
@@ -20,8 +23,10 @@ import copy
 import dataclasses
 import json
 import os
+import re
 import sys
 import time
+from collections.abc import Mapping
 from typing import Callable
 
 import ml_collections
@@ -33,28 +38,123 @@ EXECUTORS = ("local", "ray")
 @dataclasses.dataclass(frozen=True)
 class Job:
   task: str
-  pe: str
-  workdir: str
-  config: dict  # The job's full config (task and encoding set).
+  pe: str  # The job's model.pe (after its variant's overrides).
+  workdir: str  # SWEEP_DIR/TASK/VARIANT.
+  config: dict  # The job's full config (task and variant's overrides set).
+  variant: str = ""  # The variant's name (for `sweep.encodings`: the encoding).
 
   @property
   def name(self) -> str:
-    return f"{self.task}/{self.pe}"
+    return f"{self.task}/{self.variant or self.pe}"
+
+
+# A variant's name is a folder name: letters, digits and _ . + = , - (not first: . or -).
+_VARIANT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+=,-]{0,99}")
+# Settings a variant may not set: the job's task is its folder, `sweep` the job list.
+_NOT_OVERRIDABLE = ("task", "sweep")
+
+
+def _is_mapping(value) -> bool:
+  return isinstance(value, (Mapping, ml_collections.ConfigDict))
+
+
+def _flat_overrides(overrides, prefix: str = "") -> dict:
+  """{dotted path: value} of a variant's overrides, written with dotted keys
+  ({"model.pe": "rope"}) or nested ({"model": {"pe": "rope"}}), or both."""
+  if not _is_mapping(overrides):
+    raise ValueError(f"must map settings to values, got {overrides!r}")
+  flat = {}
+  for key, value in overrides.items():
+    path = f"{prefix}{key}"
+    if _is_mapping(value):
+      flat.update(_flat_overrides(value, path + "."))
+    else:
+      flat[path] = value
+  return flat
+
+
+def variants(sweep_config) -> list[tuple[str, dict]]:
+  """The sweep's variants in job order: (name, {dotted setting: value}).
+
+  `sweep.encodings` (each encoding ENC is the variant ENC: {"model.pe": ENC}) come first,
+  then `sweep.variants`: (name, overrides) pairs (order kept) or a mapping name ->
+  overrides (a ConfigDict sorts its names). ValueError for a name that is not a valid
+  folder name or is given twice.
+  """
+  pairs = [(pe, {"model.pe": pe}) for pe in sweep_config.get("encodings", None) or ()]
+  given = sweep_config.get("variants", None) or ()
+  if _is_mapping(given):
+    given = list(given.items())
+  for entry in given:
+    if not isinstance(entry, (tuple, list)) or len(entry) != 2:
+      raise ValueError(f"sweep.variants: each variant must be a (name, overrides) pair, "
+                       f"got {entry!r}")
+    name, overrides = entry
+    try:
+      pairs.append((name, _flat_overrides(overrides)))
+    except ValueError as e:
+      raise ValueError(f"sweep.variants: the overrides of {name!r} {e}") from None
+  seen = set()
+  for name, _ in pairs:
+    if (not isinstance(name, str) or not _VARIANT_NAME.fullmatch(name)
+        or ".replaced-" in name):
+      raise ValueError(
+          f"sweep: the variant name {name!r} is not a valid folder name (1 to 100 of "
+          "letters, digits and _ . + = , -, not starting with . or -, without '.replaced-')")
+    if name in seen:
+      raise ValueError(f"sweep: the variant name {name!r} is given twice "
+                       "(in sweep.encodings or sweep.variants)")
+    seen.add(name)
+  return pairs
+
+
+def _override(config: ml_collections.ConfigDict, variant: str, path: str, value) -> None:
+  """Sets one dotted setting of a job's config; ValueError for an unknown one."""
+  where = f"sweep: variant {variant!r} overrides {path!r}"
+  parts = path.split(".")
+  if parts[0] in _NOT_OVERRIDABLE:
+    raise ValueError(f"{where}, which a variant may not set ({', '.join(_NOT_OVERRIDABLE)} "
+                     "are the sweep's own)")
+  node = config
+  for i, part in enumerate(parts):
+    if not isinstance(node, ml_collections.ConfigDict) or part not in node:
+      raise ValueError(f"{where}, but the config has no setting {'.'.join(parts[:i + 1])}")
+    if i < len(parts) - 1:
+      node = node[part]
+  if isinstance(node[parts[-1]], ml_collections.ConfigDict):
+    raise ValueError(f"{where}, a section, not a setting; name its settings instead")
+  try:
+    node[parts[-1]] = value
+  except (TypeError, ValueError) as e:
+    raise ValueError(f"{where} with {value!r}: {str(e).splitlines()[0]}") from None
 
 
 def make_jobs(config: ml_collections.ConfigDict, sweep_dir: str) -> list[Job]:
-  """One job per (task, encoding) of config.sweep, validated before anything runs."""
+  """One job per (task, variant) of config.sweep, validated before anything runs.
+
+  Variants are `sweep.encodings` and `sweep.variants` (see `variants`); a job's config
+  is the sweep's config with its task and its variant's overrides set, and its folder
+  SWEEP_DIR/TASK/VARIANT.
+  """
   from experiments import validation  # pylint: disable=import-outside-toplevel
 
+  pairs = variants(config.sweep)
   jobs = []
   for task in config.sweep.tasks:
-    for pe in config.sweep.encodings:
+    for name, overrides in pairs:
       job_config = copy.deepcopy(config)
       job_config.task = task
-      job_config.model.pe = pe
-      validation.validate(job_config)
-      jobs.append(Job(task, pe, os.path.join(os.path.abspath(sweep_dir), task, pe),
-                      job_config.to_dict()))
+      for path, value in overrides.items():
+        _override(job_config, name, path, value)
+      try:
+        validation.validate(job_config)
+      except ValueError as e:
+        if name == job_config.model.pe:  # An encoding: the message as before.
+          raise
+        raise ValueError(f"variant {name!r} of task {task}: {e}") from None
+      jobs.append(Job(task, job_config.model.pe,
+                      os.path.join(os.path.abspath(sweep_dir), task, name),
+                      job_config.to_dict(), name))
   return jobs
 
 
@@ -349,8 +449,9 @@ def run_sweep(config: ml_collections.ConfigDict, sweep_dir: str, executor: str =
     if why:
       notes.append((job, why))
   progress = Progress(len(jobs), len(jobs) - len(todo), workers)
+  kind = "variants" if config.sweep.get("variants", None) else "encodings"
   print(f"[sweep] {len(jobs)} jobs ({len(config.sweep.tasks)} tasks x "
-        f"{len(config.sweep.encodings)} encodings), {len(jobs) - len(todo)} already finished; "
+        f"{len(variants(config.sweep))} {kind}), {len(jobs) - len(todo)} already finished; "
         f"executor {executor}", flush=True)
   for job, why in notes:
     changed = why.startswith("its folder holds a run with other settings")
