@@ -45,6 +45,9 @@ def get_config(arg=None):
   config.training.steps = 2_000_000
   config.training.batch_size = 128
   config.training.learning_rate = 1e-4
+  # experiments.steps.OPTIMIZERS: "adam" (the paper), "adamw" (with weight_decay), "sgd".
+  config.training.optimizer = "adam"
+  config.training.weight_decay = 0.0
   config.training.grad_clip_norm = 1.0
   config.training.min_length = 1  # Each step draws one length uniformly from
   config.training.max_length = 40  # [min_length, max_length] for the whole batch.

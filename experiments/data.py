@@ -1,22 +1,41 @@
-"""Batches: task samples as model inputs, padding, and generation in a background thread.
+"""Batches: the two kinds of training data, padding, and generation in a background thread.
 
-The input rule, written once: the model sees the task's input followed by one empty
-token per output position (the empty token is one extra input symbol, after the
-task's own), and predicts the outputs at those empty positions.
+Two kinds of data, one interface each, chosen in one place (`source(config)`):
+  generated tasks (`tasks`)   a fresh batch per step, of one length drawn per step
+                              (`GeneratedBatches`); evaluated over a range of lengths
+  fixed datasets (`DATASETS`) a training split read in shuffled epochs, the last partial
+                              batch kept (`EpochBatches`); evaluated on named splits
+Both give the training step the same batch: tokens [B, T], targets [B, O], mask [B, O]
+(outputs that count for accuracy), sequence_length [B] and output_length [B] (the true
+sizes, which padding keeps), and on a dataset's batches row_mask [B] (the real rows;
+padded ones count for nothing). A generated task's training batches have no padded rows
+and no row_mask, so their program is the one it was before datasets existed. The model
+answers at the last O of the T tokens.
 
-Shapes: B batch, I input length, O output length, T = I + O tokens.
+The input rule of generated tasks, written once: the model sees the task's input
+followed by one empty token per output position (the empty token is one extra input
+symbol, after the task's own), and predicts the outputs at those empty positions. A
+dataset's examples are read as they are (no empty token); its answer is at the last token.
+
+Shapes: B batch, I input length, O output length, T = I + O tokens (a dataset: T tokens
+per example, O = 1), N examples of a split.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 import queue
 import threading
+from typing import Callable, NamedTuple
 
 import jax
 import numpy as np
 
 import tasks as tasks_lib
+from randomized_pe import registry
 
 _DATA = 0x646174  # Stream tag folded into the data seed.
+_EPOCH = 0x65706F  # Stream tag of the epoch orders of a dataset.
 
 
 def empty_token(task) -> int:
@@ -25,8 +44,21 @@ def empty_token(task) -> int:
 
 
 def vocab_size(task) -> int:
-  """Input ids the model embeds: the task's symbols plus the empty token."""
+  """Input ids the model embeds: a generated task's symbols plus the empty token; a
+  dataset's own symbols (it has no empty token)."""
+  if isinstance(task, Dataset):
+    return task.vocab_size
   return task.input_size + 1
+
+
+def example_tokens(task) -> np.ndarray:
+  """int32 [1, T] tokens to initialise a model for `task` with.
+
+  A dataset's length (a model may take no other, e.g. Ito's 16 cells); for a generated
+  task two tokens, as always (the encoder's parameters do not depend on the length).
+  """
+  length = task.sequence_length if isinstance(task, Dataset) else 2
+  return np.zeros((1, length), np.int32)
 
 
 def sequence_length(task, length: int) -> int:
@@ -132,10 +164,15 @@ def training_shapes(task, config):
   return bucket_shapes(task, range(t.min_length, t.max_length + 1), t.max_programs)
 
 
+def data_seed(config) -> int:
+  """The seed of the training data: `data_seed`, or `seed` when it is -1."""
+  return config.seed if config.data_seed < 0 else config.data_seed
+
+
 def step_key(config, step: int) -> jax.Array:
   """The data key of training step `step`: a function of (data seed, step) only."""
-  data_seed = config.seed if config.data_seed < 0 else config.data_seed
-  return jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(data_seed), _DATA), step)
+  return jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(data_seed(config)), _DATA),
+                            step)
 
 
 def data_for_step(task, config, step: int, shapes=None) -> dict[str, np.ndarray]:
@@ -151,6 +188,221 @@ def data_for_step(task, config, step: int, shapes=None) -> dict[str, np.ndarray]
     return batch
   tokens, outputs = shapes[length]
   return pad_batch(task, batch, tokens, outputs, t.batch_size)
+
+
+# --------------------------------------------------------------------------
+# Fixed datasets.
+
+
+class Examples(NamedTuple):
+  """The examples of one split of a dataset.
+
+  Attributes:
+    tokens: int32 [N, T].
+    answers: int32 [N], a class each (read at the last token).
+    groups: int32 [N], an index into the dataset's `group_names` (e.g. a condition).
+  """
+
+  tokens: np.ndarray
+  answers: np.ndarray
+  groups: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True)
+class Dataset:
+  """A fixed dataset with named splits, read as it is (no empty token).
+
+  Attributes:
+    name: its name as `config.task`.
+    vocab_size: input ids; the model embeds [0, vocab_size).
+    output_size: answer classes.
+    sequence_length: T, the tokens of every example; the answer is read at the last one.
+    splits: split name -> Examples.
+    train_split: the split training reads.
+    group_names: groups the metrics are also given for (e.g. conditions).
+    accuracy: (correct [N], groups [N]) -> {"overall": a, group name: a, ...}, exact
+      means over examples.
+  """
+
+  name: str
+  vocab_size: int
+  output_size: int
+  sequence_length: int
+  splits: dict
+  train_split: str
+  group_names: tuple
+  accuracy: Callable[[np.ndarray, np.ndarray], dict]
+
+
+# name -> loader() -> Dataset (cached: loaded once per process).
+DATASETS: registry.Registry[Callable[[], Dataset]] = registry.Registry("dataset")
+
+
+@functools.lru_cache(maxsize=None)
+def _latin_square() -> Dataset:
+  """The Latin Square Task of Ito et al. 2024 in the original splits (latin_square/data.py)."""
+  from latin_square import data as lst  # pylint: disable=import-outside-toplevel
+
+  loaded = lst.load()
+  return Dataset(
+      name="latin_square", vocab_size=lst.VOCAB_SIZE, output_size=lst.NUM_SHAPES,
+      sequence_length=lst.NUM_CELLS,
+      splits={name: Examples(split.tokens, split.answers, split.conditions)
+              for name, split in loaded.splits().items()},
+      train_split="train", group_names=lst.CONDITIONS, accuracy=lst.accuracy_by_condition)
+
+
+DATASETS.register("latin_square", _latin_square)
+
+
+# --------------------------------------------------------------------------
+# The two kinds of training data; `source(config)` chooses.
+
+
+class GeneratedBatches:
+  """A generated task's batches: a fresh batch per step.
+
+  Step s (0-based) draws one length uniform in [min_length, max_length] and a batch of
+  that length from (data seed, s) alone (`data_for_step`), padded to its length's bucket
+  with training.max_programs > 0. Evaluation: accuracy per length
+  (`experiments.evaluation.RangeEvaluator`).
+  """
+
+  def __init__(self, task, config):
+    self.task = task
+    self.config = config
+
+  @functools.cached_property
+  def shapes(self):
+    """`training_shapes` (None: one program per training length)."""
+    return training_shapes(self.task, self.config)
+
+  def batch(self, step: int) -> dict[str, np.ndarray]:
+    """The training batch of step `step` (0-based)."""
+    return data_for_step(self.task, self.config, step, self.shapes)
+
+  def check(self, model, device_count: int) -> None:
+    """One-line ValueError for lengths the run cannot use."""
+    config, task = self.config, self.task
+    t, e = config.training, config.evaluation
+    for prefix, lo, hi in [("training", t.min_length, t.max_length),
+                           ("evaluation", e.min_length, e.max_length)]:
+      if not 1 <= lo <= hi:
+        raise ValueError(f"{prefix} lengths must satisfy 1 <= min_length <= max_length, "
+                         f"got {lo}..{hi}")
+    if t.batch_size % device_count:
+      raise ValueError(f"training.batch_size={t.batch_size} must be divisible by the "
+                       f"{device_count} devices")
+    longest = max(sequence_length(task, n)
+                  for n in (*range(t.min_length, t.max_length + 1),
+                            *range(e.min_length, e.max_length + 1)))
+    model.check_sequence_length(longest, f"input plus output of {config.task}")
+
+
+class EpochBatches:
+  """A dataset's training split in shuffled epochs, the last partial batch kept.
+
+  Step s (0-based) reads batch b = s % E of epoch s // E, with E = ceil(N / B) steps per
+  epoch: the examples order[b B : (b + 1) B] of the epoch's order, a permutation of the N
+  training examples drawn from (data seed, epoch) alone, so that a resumed run reads
+  what an uninterrupted one reads. Every example is read once per epoch. The last batch
+  of an epoch holds the N - (E - 1) B examples left over, padded to B rows that count
+  for neither the loss nor the accuracy (row_mask False), so that every step has one
+  shape and one compiled program. Every model of a grid reads the same order.
+  Evaluation: accuracy per split, overall and per group
+  (`experiments.evaluation.SplitEvaluator`), every `evaluation.every_epochs` epochs.
+  """
+
+  def __init__(self, dataset: Dataset, config):
+    self.task = dataset
+    self.config = config
+    self.examples = dataset.splits[dataset.train_split]
+    self.batch_size = int(config.training.batch_size)
+    self.steps_per_epoch = -(-len(self.examples.answers) // self.batch_size)
+    self._data_seed = data_seed(config)
+    self._order = (None, None)  # (epoch, order): the prefetch thread reads epochs in turn.
+
+  def order(self, epoch: int) -> np.ndarray:
+    """int64 [N]: the permutation of the training examples that epoch `epoch` reads."""
+    cached_epoch, order = self._order
+    if cached_epoch != epoch:
+      # Keys are made here, not in __init__: validation builds a source before the
+      # entry point turns the compilation cache on, and nothing may compile before that.
+      root = jax.random.fold_in(jax.random.PRNGKey(self._data_seed), _EPOCH)
+      rng = tasks_lib.base.numpy_rng(jax.random.fold_in(root, epoch))
+      order = rng.permutation(len(self.examples.answers))
+      self._order = (epoch, order)
+    return order
+
+  def rows(self, step: int) -> np.ndarray:
+    """int64 [<= B]: the training examples of step `step` (0-based), unpadded."""
+    epoch, index = divmod(int(step), self.steps_per_epoch)
+    return self.order(epoch)[index * self.batch_size:(index + 1) * self.batch_size]
+
+  def epoch(self, steps_done: int) -> float:
+    """Epochs completed after `steps_done` steps."""
+    return steps_done / self.steps_per_epoch
+
+  def batch(self, step: int) -> dict[str, np.ndarray]:
+    """The training batch of step `step` (0-based), padded to B rows."""
+    rows = self.rows(step)
+    return examples_batch(self.examples, rows, self.batch_size)
+
+  def check(self, model, device_count: int) -> None:
+    """One-line ValueError for settings this dataset cannot use."""
+    config, dataset = self.config, self.task
+    if self.batch_size % device_count:
+      raise ValueError(f"training.batch_size={self.batch_size} must be divisible by the "
+                       f"{device_count} devices")
+    model.check_sequence_length(dataset.sequence_length, f"the examples of {dataset.name}")
+    e = config.evaluation
+    every = e.get("every_epochs", 0)
+    if not isinstance(every, int) or isinstance(every, bool) or every < 0:
+      raise ValueError(f"evaluation.every_epochs must be an int >= 0 (0: only at the end), "
+                       f"got {every!r}")
+    for setting in ("splits", "final_splits"):
+      for split in e.get(setting, ()):
+        if split not in dataset.splits:
+          raise ValueError(f"evaluation.{setting}: {dataset.name} has no split {split!r}; "
+                           f"valid choices: {', '.join(dataset.splits)}")
+
+
+def examples_batch(examples: Examples, rows: np.ndarray, batch_size: int) -> dict:
+  """The batch of examples `rows` (at most batch_size of them), padded to batch_size rows.
+
+  Padded rows are blank (all token 0) with row_mask and mask False.
+  """
+  count = len(rows)
+  if count > batch_size:
+    raise ValueError(f"{count} rows do not fit a batch of {batch_size}")
+  length = examples.tokens.shape[1]
+  tokens = np.zeros((batch_size, length), np.int32)
+  tokens[:count] = examples.tokens[rows]
+  targets = np.zeros((batch_size, 1), np.int32)
+  targets[:count, 0] = examples.answers[rows]
+  row_mask = np.arange(batch_size) < count
+  return {"tokens": tokens, "targets": targets, "mask": row_mask[:, None].copy(),
+          "row_mask": row_mask, "sequence_length": np.full((batch_size,), length, np.int32),
+          "output_length": np.ones((batch_size,), np.int32)}
+
+
+def source(config):
+  """The training data of a run, by `config.task`: the one place the kind is chosen.
+
+  A name of `DATASETS` gives `EpochBatches`, a generated task of `tasks` gives
+  `GeneratedBatches`. Both have `task` (what the model is built for: `build_model` and
+  `vocab_size` take it), `batch(step)` and `check(model, device_count)`.
+
+  Raises:
+    ValueError: an unknown name (one line listing the valid ones).
+  """
+  name = config.task
+  if name in DATASETS:
+    return EpochBatches(DATASETS.get(name)(), config)
+  if name in tasks_lib.TASKS:
+    return GeneratedBatches(tasks_lib.get(name), config)
+  raise ValueError(f"unknown task {name!r}; valid names: "
+                   f"{', '.join((*tasks_lib.NAMES, *DATASETS.names()))}")
 
 
 class Prefetcher:

@@ -1,13 +1,21 @@
-"""Range evaluation: accuracy for every length of a range, with few compiled programs.
+"""Evaluation of the two kinds of data (`experiments.data.source`), with few programs.
 
-Lengths are grouped into buckets; every sequence of a bucket is padded to the
-bucket's size, padded keys are masked out of attention and padded outputs out
-of the accuracy, and positions are drawn for the true length (a prefix of the
-same draw, see `randomized_pe.samplers`), with the model's evaluation sampler.
-The evaluator talks to the model through the protocol of `randomized_pe.models`. The result equals evaluating
-each length on its own, with one program per bucket instead of one per length.
+Generated tasks: accuracy for every length of a range (`RangeEvaluator`). Lengths are
+grouped into buckets; every sequence of a bucket is padded to the bucket's size, padded
+keys are masked out of attention and padded outputs out of the accuracy, and positions
+are drawn for the true length (a prefix of the same draw, see `randomized_pe.samplers`),
+with the model's evaluation sampler. The result equals evaluating each length on its
+own, with one program per bucket instead of one per length.
 
-Shapes: C chunk of the batch, T padded sequence length, O padded output length.
+Datasets: accuracy on named splits, overall and per group (`SplitEvaluator`), in chunks
+of one shape.
+
+`for_source` gives the evaluation of a run's kind of data, which the training loop
+calls: `due(step)` and `periodic(...)` during training, `final(...)` at the end. The
+evaluators talk to the model through the protocol of `randomized_pe.models`.
+
+Shapes: C chunk of the batch, T padded sequence length, O padded output length,
+M models of a grid, N examples of a split.
 """
 from __future__ import annotations
 
@@ -18,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments import data
+from experiments import results
 
 
 @dataclasses.dataclass
@@ -129,3 +138,153 @@ class RangeEvaluator:
         counted = counted + np.asarray(count, np.float64)
       accuracy.append((correct / np.maximum(counted, 1)).tolist())
     return {"lengths": lengths, "accuracy": accuracy, "buckets": buckets}
+
+
+@dataclasses.dataclass
+class SplitEvaluator:
+  """Accuracy of a model on the splits of a dataset, overall and per group.
+
+  Every split is read in chunks of `batch_size` examples, the last one padded with blank
+  rows whose predictions are dropped, so every split runs the same compiled program. The
+  model answers at the last token; positions come from its evaluation sampler, one draw
+  per split from fold_in(PRNGKey(seed + 1), the split's index), and dropout (if the
+  model keeps it at evaluation) from that key folded with the chunk's index.
+
+  Attributes:
+    model: the model (protocol of `randomized_pe.models`).
+    dataset: an `experiments.data.Dataset`.
+    batch_size: examples per chunk.
+    batch_sharding: optional sharding of the batch axis over devices.
+    stacked: params carry a leading models axis [M, ...]; accuracies are then lists of
+      M values.
+  """
+
+  model: object
+  dataset: data.Dataset
+  batch_size: int = 128
+  batch_sharding: object = None
+  stacked: bool = False
+
+  def __post_init__(self):
+    self.traces = 0  # Programs compiled so far.
+    chunk = self._chunk
+    if self.stacked:
+      chunk = jax.vmap(chunk, in_axes=(0, None, None, None))
+    self._chunk_fn = jax.jit(chunk)
+
+  def _chunk(self, params, key, chunk_index, tokens):
+    """Predicted classes [C] of one chunk of examples, tokens [C, T]."""
+    self.traces += 1
+    pos_key, dropout_key = jax.random.split(key)
+    positions = self.model.sample_positions(pos_key, tokens.shape[1], evaluation=True)
+    logits = self.model.apply(params, jax.random.fold_in(dropout_key, chunk_index), tokens,
+                              positions, is_training=False, num_outputs=1)  # [C, 1, K]
+    return jnp.argmax(logits[:, 0], axis=-1)
+
+  def predictions(self, params, split: str, seed: int) -> np.ndarray:
+    """Predicted classes of every example of `split`: int [N] (stacked: [M, N])."""
+    examples = self.dataset.splits[split]
+    count = len(examples.answers)
+    chunk = self.batch_size
+    if self.batch_sharding is not None:
+      devices = self.batch_sharding.mesh.size
+      chunk = max(devices, chunk // devices * devices)
+    key = jax.random.fold_in(jax.random.PRNGKey(seed + 1), list(self.dataset.splits).index(split))
+    outputs = []
+    for c in range(-(-count // chunk)):
+      rows = np.arange(c * chunk, min(count, (c + 1) * chunk))
+      tokens = data.examples_batch(examples, rows, chunk)["tokens"]
+      if self.batch_sharding is not None:
+        tokens = jax.device_put(tokens, self.batch_sharding)
+      outputs.append(self._chunk_fn(params, key, c, tokens))
+    return np.concatenate([np.asarray(o) for o in outputs], axis=-1)[..., :count]
+
+  def evaluate(self, params, splits, seed: int) -> dict:
+    """{split: {"overall": a, group: a, ...}}, exact accuracies (the dataset's
+    `accuracy`); with `stacked`, every a is a list over the models."""
+    evaluated = {}
+    for split in splits:
+      examples = self.dataset.splits[split]
+      correct = self.predictions(params, split, seed) == examples.answers  # [(M,) N]
+      if not self.stacked:
+        evaluated[split] = self.dataset.accuracy(correct, examples.groups)
+        continue
+      per_model = [self.dataset.accuracy(c, examples.groups) for c in correct]
+      evaluated[split] = {k: [a[k] for a in per_model] for k in per_model[0]}
+    return evaluated
+
+
+# --------------------------------------------------------------------------
+# The evaluation of each kind of data, as the training loop calls it.
+
+
+class LengthEvaluation:
+  """A generated task's evaluation: accuracy per length over evaluation.min_length..
+  max_length, once, after training (eval.json: `results.eval_record`)."""
+
+  def __init__(self, source, model, config, batch_sharding=None):
+    self._config = config
+    self._evaluator = RangeEvaluator(model, source.task, max_logits=config.evaluation.max_logits,
+                                     batch_sharding=batch_sharding, stacked=True)
+
+  def due(self, step: int) -> bool:
+    del step
+    return False  # Only at the end.
+
+  def periodic(self, params, step: int, unwrap) -> dict:
+    raise NotImplementedError("generated tasks are evaluated at the end only")
+
+  def final(self, params, members, diverged, step: int, progress: bool = False) -> dict:
+    e = self._config.evaluation
+    evaluated = self._evaluator.evaluate(params, range(e.min_length, e.max_length + 1),
+                                         e.batch_size, e.seed, e.max_buckets, progress=progress)
+    return results.eval_record(self._config, members, evaluated, diverged, step)
+
+
+class SplitEvaluation:
+  """A dataset's evaluation: accuracy overall and per group on evaluation.splits every
+  evaluation.every_epochs epochs (records of metrics.jsonl; 0: never), and on
+  evaluation.final_splits after training (eval.json: `results.split_record`).
+
+  Defaults: every split but the training one, periodically; every split at the end.
+  """
+
+  def __init__(self, source, model, config, batch_sharding=None):
+    e = config.evaluation
+    dataset = source.task
+    self._config, self._source, self._model = config, source, model
+    self._evaluator = SplitEvaluator(model, dataset, e.batch_size, batch_sharding, stacked=True)
+    self._every = e.get("every_epochs", 0) * source.steps_per_epoch
+    self._splits = tuple(e.get("splits", [s for s in dataset.splits
+                                          if s != dataset.train_split]))
+    self._final_splits = tuple(e.get("final_splits", tuple(dataset.splits)))
+
+  def due(self, step: int) -> bool:
+    """Whether to evaluate after `step` steps: every `every_epochs` whole epochs."""
+    return self._every > 0 and step % self._every == 0
+
+  def periodic(self, params, step: int, unwrap) -> dict:
+    """The metrics record of an evaluation during training: {"step", "epoch",
+    "evaluation": {split: {group: accuracy}}}; `unwrap` turns a list over the models
+    into what the records hold (the one value of a single model)."""
+    evaluated = self._evaluator.evaluate(params, self._splits, self._config.evaluation.seed)
+    return {"step": step, "epoch": self._source.epoch(step),
+            "evaluation": {split: {group: unwrap(values) for group, values in by_group.items()}
+                           for split, by_group in evaluated.items()}}
+
+  def final(self, params, members, diverged, step: int, progress: bool = False) -> dict:
+    del progress  # A few seconds.
+    evaluated = self._evaluator.evaluate(params, self._final_splits,
+                                         self._config.evaluation.seed)
+    return results.split_record(self._config, members, evaluated, diverged, step,
+                                self._source.epoch(step), self._model.description)
+
+
+def for_source(source, model, config, batch_sharding=None):
+  """The evaluation of a run's kind of data (`experiments.data.source(config)`).
+
+  batch_sharding: splits the evaluation batches over devices (a single model on
+  several devices); None otherwise.
+  """
+  kinds = {data.GeneratedBatches: LengthEvaluation, data.EpochBatches: SplitEvaluation}
+  return kinds[type(source)](source, model, config, batch_sharding)

@@ -3,13 +3,20 @@
 `train_and_evaluate(config, workdir)` trains every model of the run's grid with the
 paper's protocol and writes
   workdir/config.json       the resolved config
-  workdir/metrics.jsonl     one record per log interval (step, loss, accuracy, steps/s)
+  workdir/metrics.jsonl     one record per log interval (step, loss, accuracy, steps/s),
+                            and for a dataset one per evaluation during training
+                            (step, epoch, evaluation: accuracy per split and group)
   workdir/checkpoints/      orbax checkpoints every `checkpoint_every` steps (and at a
                             stop request), with the partial metrics of their log interval
-  workdir/eval.json         per-length accuracies and the scores (experiments.results)
+  workdir/eval.json         per-length accuracies and the scores, or a dataset's
+                            accuracy per split and group (experiments.results)
   workdir/.lock             held while a process trains there (experiments/workdir.py)
 and resumes from the newest readable checkpoint when run again with the same workdir
 (experiments/checkpoints.py); a workdir holding another run is refused.
+
+The kind of data (a generated task drawn per step, or a dataset read in shuffled
+epochs) is `experiments.data.source(config)`; the loop reads its batches and hands its
+evaluation (`experiments.evaluation.for_source`) the parameters.
 """
 from __future__ import annotations
 
@@ -20,12 +27,10 @@ import jax
 import ml_collections
 import numpy as np
 
-import tasks as tasks_lib
 from experiments import checkpoints
 from experiments import data
 from experiments import evaluation
 from experiments import io_utils
-from experiments import results
 from experiments import steps
 from experiments import stopping
 from experiments import validation
@@ -102,22 +107,32 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """
   devices = jax.devices()
   validation.validate(config, len(devices))
-  task = tasks_lib.get(config.task)
+  source = data.source(config)
   workdir = os.path.abspath(workdir)
   store = checkpoints.Checkpoints(workdir, config.training.checkpoints_to_keep)
   _check_start(workdir, config, store.steps())
   with workdir_lib.locked(workdir):
     _check_start(workdir, config, store.steps())  # Again: it may have changed meanwhile.
     try:
-      return _train_and_evaluate(config, task, workdir, store, devices)
+      return _train_and_evaluate(config, source, workdir, store, devices)
     finally:
       store.close()
 
 
-def _train_and_evaluate(config, task, workdir, store, devices) -> dict:
+def _evaluation_params(trainer):
+  """The stacked params [M, ...], replicated on every device when the models are split
+  over the devices (evaluation splits the batch instead)."""
+  params = trainer.state.params
+  if trainer.num_models > 1 and trainer.state_sharding is not None:
+    params = jax.device_put(params, jax.sharding.NamedSharding(
+        trainer.state_sharding.mesh, jax.sharding.PartitionSpec()))
+  return params
+
+
+def _train_and_evaluate(config, source, workdir, store, devices) -> dict:
   import tqdm  # pylint: disable=import-outside-toplevel
 
-  trainer = steps.build_trainer(config, task, devices)
+  trainer = steps.build_trainer(config, source.task, devices)
   t = config.training
   io_utils.write_json(os.path.join(workdir, workdir_lib.CONFIG_FILE), config.to_dict())
 
@@ -129,14 +144,16 @@ def _train_and_evaluate(config, task, workdir, store, devices) -> dict:
     print(f"resuming {workdir} from step {start}", flush=True)
   metrics_path = os.path.join(workdir, "metrics.jsonl")
   # Records after the checkpoint are redone; so is a record of an open interval (the end
-  # of a run with fewer steps) at the checkpoint itself.
+  # of a run with fewer steps) at the checkpoint itself. An evaluation record at the
+  # checkpoint is complete (it was written before the checkpoint): it stays.
   records = [r for r in io_utils.read_jsonl(metrics_path)
-             if r["step"] < start or (r["step"] == start and start % t.log_every == 0)]
+             if r["step"] < start or (r["step"] == start and (start % t.log_every == 0
+                                                               or "evaluation" in r))]
 
   num_models = trainer.num_models
-  shapes = data.training_shapes(task, config)  # None: one program per training length.
-  prefetch = data.Prefetcher(lambda s: data.data_for_step(task, config, s, shapes), start,
-                             t.steps, t.prefetch, trainer.place)
+  evaluator = evaluation.for_source(source, trainer.model, config,
+                                    trainer.batch_sharding if num_models == 1 else None)
+  prefetch = data.Prefetcher(source.batch, start, t.steps, t.prefetch, trainer.place)
   bar = tqdm.tqdm(total=t.steps, initial=start, unit="step", disable=not config.progress,
                   dynamic_ncols=True, desc=f"{config.task} / {config.model.pe}"
                   + (f" x {num_models} models" if num_models > 1 else ""))
@@ -168,6 +185,9 @@ def _train_and_evaluate(config, task, workdir, store, devices) -> dict:
           io_utils.write_jsonl(metrics_path, records)
           bar.set_postfix(loss=f"{np.mean(records[-1]['loss']):.4f}",
                           acc=f"{np.mean(records[-1]['accuracy']):.3f}")
+        if evaluator.due(step):
+          records.append(evaluator.periodic(_evaluation_params(trainer), step, unwrap))
+          io_utils.write_jsonl(metrics_path, records)
         if step % t.checkpoint_every == 0 or step == t.steps:
           save(step)
         bar.update(1)
@@ -182,20 +202,10 @@ def _train_and_evaluate(config, task, workdir, store, devices) -> dict:
     prefetch.close()
     bar.close()
 
-  # Evaluation of every model over the configured length range.
-  e = config.evaluation
-  evaluator = evaluation.RangeEvaluator(
-      trainer.model, task, max_logits=e.max_logits,
-      batch_sharding=trainer.batch_sharding if num_models == 1 else None, stacked=True)
-  params = trainer.state.params
-  if num_models > 1 and trainer.state_sharding is not None:
-    params = jax.device_put(params, jax.sharding.NamedSharding(
-        trainer.state_sharding.mesh, jax.sharding.PartitionSpec()))
-  evaluated = evaluator.evaluate(params, range(e.min_length, e.max_length + 1),
-                                 e.batch_size, e.seed, e.max_buckets, progress=config.progress)
-  result = results.eval_record(config, trainer.members, evaluated,
-                               np.asarray(trainer.state.nonfinite).tolist(),
-                               int(np.asarray(trainer.state.step)[0]))
+  # Evaluation of every model: over the length range, or on the dataset's splits.
+  result = evaluator.final(_evaluation_params(trainer), trainer.members,
+                           np.asarray(trainer.state.nonfinite).tolist(),
+                           int(np.asarray(trainer.state.step)[0]), progress=config.progress)
   io_utils.write_json(os.path.join(workdir, "eval.json"), result)
   return result
 
@@ -204,9 +214,9 @@ def restore_state(workdir: str, config: ml_collections.ConfigDict, step: int | N
   """The stacked TrainState [M, ...] saved in workdir's checkpoint at `step` (default: latest)."""
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
 
-  task = tasks_lib.get(config.task)
+  task = data.source(config).task
   model = steps.build_model(config, task)
-  target = steps.init_grid(model, config, steps.grid_members(config))
+  target = steps.init_grid(model, config, steps.grid_members(config), data.example_tokens(task))
   store = checkpoints.Checkpoints(os.path.abspath(workdir))
   try:
     if step is None:

@@ -20,6 +20,7 @@ import optax
 
 from experiments import data
 from randomized_pe import models
+from randomized_pe import registry
 
 # Stream tags folded into the seeds.
 _PARAMS, _MODEL = 0x706172, 0x6D6F64
@@ -59,20 +60,74 @@ def build_model(config: ml_collections.ConfigDict, task) -> models.Model:
   return models.build(config, data.vocab_size(task), task.output_size)
 
 
+@dataclasses.dataclass(frozen=True)
+class Optimizer:
+  """One choice of `training.optimizer`.
+
+  Attributes:
+    make: (learning_rate, weight_decay) -> optax.GradientTransformation, with the
+      learning rate in its state (optax.inject_hyperparams), so that the models of a
+      grid hold their own rate and share one update function.
+    weight_decay: whether it takes `training.weight_decay`.
+  """
+
+  make: Callable[[float, float], optax.GradientTransformation]
+  weight_decay: bool = False
+
+
+OPTIMIZERS: registry.Registry[Optimizer] = registry.Registry("optimizer")
+OPTIMIZERS.register("adam", Optimizer(
+    lambda rate, decay: optax.inject_hyperparams(optax.adam)(learning_rate=rate)))
+# Decoupled weight decay, p <- p - rate * (adam's step + decay * p): torch.optim.AdamW.
+OPTIMIZERS.register("adamw", Optimizer(
+    lambda rate, decay: optax.inject_hyperparams(optax.adamw)(learning_rate=rate,
+                                                              weight_decay=decay),
+    weight_decay=True))
+OPTIMIZERS.register("sgd", Optimizer(  # Plain SGD, no momentum: torch.optim.SGD(lr).
+    lambda rate, decay: optax.inject_hyperparams(optax.sgd)(learning_rate=rate)))
+
+
 def make_optimizer(config: ml_collections.ConfigDict,
                    learning_rate=None) -> optax.GradientTransformation:
-  """Adam after global-norm clipping (none when training.grad_clip_norm is 0).
+  """Global-norm clipping (none when training.grad_clip_norm is 0), then the optimizer.
 
-  The learning rate lives in the optimizer state (optax.inject_hyperparams), so
-  models of a grid hold their own rate and share one update function.
+  `training.optimizer` (default "adam"; `OPTIMIZERS`), with `training.weight_decay`
+  (default 0) for "adamw". Raises a one-line ValueError for an unknown optimizer or a
+  weight decay the optimizer does not take.
   """
+  t = config.training
   if learning_rate is None:
-    learning_rate = config.training.learning_rate
-  clip_norm = config.training.grad_clip_norm
+    learning_rate = t.learning_rate
+  name = t.get("optimizer", "adam")
+  choice = OPTIMIZERS.get(name)
+  decay = t.get("weight_decay", 0.0)
+  if isinstance(decay, bool) or not isinstance(decay, (int, float)) or decay < 0:
+    raise ValueError(f"training.weight_decay must be >= 0, got {decay!r}")
+  if decay and not choice.weight_decay:
+    raise ValueError(f"training.weight_decay={decay} needs training.optimizer='adamw', "
+                     f"got {name!r}")
+  clip_norm = t.grad_clip_norm
   return optax.chain(
       optax.clip_by_global_norm(clip_norm) if clip_norm > 0 else optax.identity(),
-      optax.inject_hyperparams(optax.adam)(learning_rate=learning_rate),
+      choice.make(learning_rate, decay),
   )
+
+
+def optimizer_for(model, config: ml_collections.ConfigDict,
+                  learning_rate=None) -> optax.GradientTransformation:
+  """`make_optimizer`, and for a model with frozen parameters their updates set to zero.
+
+  A model may keep parameters that are not trained in `params` (Ito's `random` tables:
+  the protocol has no separate state) and mark them with `frozen_mask(params)`. Their
+  gradient is zero, but weight decay would still shrink them; PyTorch's AdamW skips
+  them because they have no gradient. Zeroing their updates leaves them unchanged under
+  any optimizer. A model without `frozen_mask` gets `make_optimizer`'s optimizer as it is.
+  """
+  optimizer = make_optimizer(config, learning_rate)
+  frozen_mask = getattr(model, "frozen_mask", None)
+  if frozen_mask is None:
+    return optimizer
+  return optax.chain(optimizer, optax.masked(optax.set_to_zero(), frozen_mask))
 
 
 def grid_members(config: ml_collections.ConfigDict) -> list[tuple[int, float]]:
@@ -87,12 +142,14 @@ def grid_members(config: ml_collections.ConfigDict) -> list[tuple[int, float]]:
 
 
 def loss_and_accuracy(model, params, key, batch, positions, is_training=True):
-  """Mean cross-entropy over all output tokens (as the release) and masked accuracy.
+  """Mean cross-entropy over all output tokens of the real rows (as the release) and
+  masked accuracy.
 
-  The batch may be padded (`experiments.data.pad_batch`): its true sizes come from
-  sequence_length and output_length, padded keys are masked out of attention and
-  padded outputs out of the loss and the accuracy, so a padded batch gives the same
-  loss and gradients as the unpadded one.
+  The batch may be padded (`experiments.data`): its true sizes come from
+  sequence_length and output_length, and its real rows from row_mask where it has one;
+  padded keys are masked out of attention, padded outputs and padded rows out of the
+  loss and the accuracy, so a padded batch gives the same loss and gradients as the
+  unpadded one.
   """
   tokens, targets = batch["tokens"], batch["targets"]  # [B, T], [B, O]
   sequence_length = batch["sequence_length"][0]
@@ -104,9 +161,16 @@ def loss_and_accuracy(model, params, key, batch, positions, is_training=True):
                     num_outputs=targets.shape[1],
                     outputs_from=sequence_length - output_length)  # [B, O, C]
   valid = jnp.arange(targets.shape[1])[None, :] < output_length  # [1, O]
+  rows = targets.shape[0]
+  # Only a batch with padded rows has a row mask (a dataset's last partial batch): without
+  # one the program is the one it always was, to the bit (a [B, O] mask would change the
+  # order XLA sums the loss in).
+  if "row_mask" in batch:
+    valid = valid & batch["row_mask"][:, None]  # [B, O]
+    rows = jnp.sum(batch["row_mask"])
   log_probs = jax.nn.log_softmax(out)
   nll = -jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
-  loss = jnp.sum(jnp.where(valid, nll, 0.0)) / (targets.shape[0] * output_length)
+  loss = jnp.sum(jnp.where(valid, nll, 0.0)) / (rows * output_length)
   correct = (jnp.argmax(out, axis=-1) == targets) & batch["mask"] & valid
   return loss, jnp.sum(correct) / jnp.maximum(jnp.sum(batch["mask"] & valid), 1)
 
@@ -137,22 +201,26 @@ def make_train_step(model, optimizer, seed):
   return train_step
 
 
-def init_state(model, optimizer, seed) -> TrainState:
-  """One model's initial state; `seed` may be traced."""
-  tokens = jnp.zeros((1, 2), jnp.int32)
+def init_state(model, optimizer, seed, tokens=None) -> TrainState:
+  """One model's initial state; `seed` may be traced.
+
+  tokens: int [1, T] to initialise with (`experiments.data.example_tokens`); None: two
+  tokens, which the encoder's parameters do not depend on.
+  """
+  tokens = jnp.zeros((1, 2), jnp.int32) if tokens is None else jnp.asarray(tokens)
   key = jax.random.fold_in(jax.random.PRNGKey(seed), _PARAMS)
   params = model.init(key, tokens)
   return TrainState(params, optimizer.init(params), jnp.zeros((), jnp.int32),
                     jnp.zeros((), bool))
 
 
-def init_grid(model, config, members) -> TrainState:
+def init_grid(model, config, members, tokens=None) -> TrainState:
   """Initial states of all grid members stacked on a leading models axis [M, ...]."""
   seeds = jnp.array([s for s, _ in members], jnp.int32)
   rates = jnp.array([r for _, r in members], jnp.float32)
 
   def one(seed, rate):
-    return init_state(model, make_optimizer(config, rate), seed)
+    return init_state(model, optimizer_for(model, config, rate), seed, tokens)
 
   return jax.jit(jax.vmap(one))(seeds, rates)
 
@@ -219,17 +287,21 @@ class Trainer:
 
 
 def build_trainer(config: ml_collections.ConfigDict, task, devices=None) -> Trainer:
-  """The model, the initial grid state and the jitted step of a run's config."""
+  """The model, the initial grid state and the jitted step of a run's config.
+
+  task: what the model is built for, a generated task or a dataset
+  (`experiments.data.source(config).task`).
+  """
   devices = jax.devices() if devices is None else devices
   model = build_model(config, task)
   members = grid_members(config)
   state_sharding, seeds_sharding, batch_sharding = mesh_shardings(devices, len(members))
-  state = init_grid(model, config, members)
+  state = init_grid(model, config, members, data.example_tokens(task))
   seeds = jnp.array([s for s, _ in members], jnp.int32)
   if state_sharding is not None:
     state = jax.device_put(state, state_sharding)
     seeds = jax.device_put(seeds, seeds_sharding)
-  step = jax.jit(make_grid_step(model, make_optimizer(config)), donate_argnums=(0,))
+  step = jax.jit(make_grid_step(model, optimizer_for(model, config)), donate_argnums=(0,))
   place = ((lambda b: jax.device_put(b, batch_sharding)) if batch_sharding is not None
            else (lambda b: b))
   return Trainer(model, members, state, seeds, step, place, state_sharding, batch_sharding)

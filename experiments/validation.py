@@ -2,14 +2,15 @@
 
 The rules of the run's own settings (seeds, training, evaluation, grid) are the table
 `RULES` below; the model checks its settings itself (`randomized_pe.models`, e.g.
-EncoderConfig), and the task its name. Each rule is a predicate and the phrase the
-error uses, so a message reads "training.steps must be >= 1, got 0".
+EncoderConfig), the kind of data its own (`experiments.data.source`: the lengths of a
+generated task, a dataset's evaluation settings), and the optimizer its own. Each rule
+is a predicate and the phrase the error uses, so a message reads "training.steps must
+be >= 1, got 0".
 """
 from __future__ import annotations
 
 import ml_collections
 
-import tasks as tasks_lib
 from experiments import data
 from experiments import steps
 
@@ -88,18 +89,7 @@ def check_rules(config: ml_collections.ConfigDict, rules=None) -> None:
 def validate(config: ml_collections.ConfigDict, device_count: int = 1) -> None:
   """Raises ValueError with a one-line message for any bad setting, before any work."""
   check_rules(config)
-  task = tasks_lib.get(config.task)
-  model = steps.build_model(config, task)  # Model settings, encoding and samplers.
-  t, e = config.training, config.evaluation
-  for prefix, lo, hi in [("training", t.min_length, t.max_length),
-                         ("evaluation", e.min_length, e.max_length)]:
-    if not 1 <= lo <= hi:
-      raise ValueError(f"{prefix} lengths must satisfy 1 <= min_length <= max_length, "
-                       f"got {lo}..{hi}")
-  if t.batch_size % device_count:
-    raise ValueError(f"training.batch_size={t.batch_size} must be divisible by the "
-                     f"{device_count} devices")
-  longest = max(data.sequence_length(task, n)
-                for n in (*range(t.min_length, t.max_length + 1),
-                          *range(e.min_length, e.max_length + 1)))
-  model.check_sequence_length(longest, f"input plus output of {config.task}")
+  source = data.source(config)  # The task or dataset name.
+  model = steps.build_model(config, source.task)  # Model settings, encoding and samplers.
+  steps.make_optimizer(config)  # The optimizer and its settings.
+  source.check(model, device_count)  # Lengths, or the dataset's settings.

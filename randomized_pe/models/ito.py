@@ -705,6 +705,10 @@ class ItoModel:
     return frozen_mask(params, self.config.pe)
 
   def sample_positions(self, key, length, *, padded_length=None, evaluation=False):
+    # The training step reads `length` from its batch, so it may be traced; the padded
+    # length is a static shape then, and must itself be the grid's (no padding).
+    if isinstance(length, jax.core.Tracer):
+      length = self.config.num_cells if padded_length is None else padded_length
     self.check_sequence_length(length)
     if padded_length is not None and padded_length != length:
       raise ValueError(f"the ito model takes no padding (length {length}, padded_length "
