@@ -2,6 +2,7 @@
 
   python -m experiments.benchmark                  # every section
   python -m experiments.benchmark --sections=tasks # one section
+  python -m experiments.benchmark --sections=buckets --output=buckets.json
 
 Sections:
   tasks: milliseconds per batch of every task at batch 128 x length 40 and
@@ -15,6 +16,23 @@ Sections:
          rates, one program) against one model, at one training length.
   attention: one layer's attention (forward + backward) over the whole batch
          against cache-sized chunks (randomized_pe.attention), T = 20, 40, 80.
+  buckets: training-length buckets (training.max_programs) and the persistent
+         compilation cache, for the paper model on reverse_string with
+         randomized_relative, lengths 1..40 (docs/benchmark.md). Parts
+         (--bucket_parts): `compile`: per setting of --bucket_programs (0 = one
+         program per length, and 1, 4, 8), the programs and seconds to compile
+         every training program ahead of time, then steps/s over the training
+         length distribution (the same steps for every setting, prefetched as
+         training does, in alternating rounds) and its ratio to exact lengths;
+         `cache`: a subprocess's compile phase (trainer and every training program)
+         started twice with its own fresh cache folder, cold then warm; `demo`:
+         the wall time of `python -m experiments.train --config=configs/demo.py`
+         in a fresh workdir, cold cache then warm, with the accuracies it reached.
+         `--quick` runs it all on a tiny model to check that it works.
+
+This process never reads a persistent compilation cache (compile seconds mean
+compiling); the `cache` and `demo` parts start subprocesses with their own folders
+under --scratch.
 
 Training times the training loop's own step, built by the same builder
 (experiments.steps.build_trainer: a grid of one model, the batch split over devices
@@ -37,7 +55,7 @@ import time
 from absl import app
 from absl import flags
 
-_SECTIONS = flags.DEFINE_list("sections", ["tasks", "train", "grid", "attention"],
+_SECTIONS = flags.DEFINE_list("sections", ["tasks", "train", "grid", "attention", "buckets"],
                               "Which benchmarks to run.")
 _REPEATS = flags.DEFINE_integer("repeats", 20, "Timed repeats per measurement (tasks).")
 _OUTPUT = flags.DEFINE_string("output", None, "Optional JSON file for the raw numbers.")
@@ -47,6 +65,30 @@ _ENCODINGS = flags.DEFINE_list(
 _STEPS = flags.DEFINE_integer("steps", 200, "Timed training steps per encoding (train).")
 _MAX_TRAIN_LENGTH = flags.DEFINE_integer("max_train_length", 40, "Training lengths 1..N.")
 _GRID_LENGTH = flags.DEFINE_integer("grid_length", 20, "Input length of the grid benchmark.")
+_BUCKET_PROGRAMS = flags.DEFINE_list(
+    "bucket_programs", ["0", "1", "4", "8"],
+    "training.max_programs settings timed by `buckets` (0: one program per length).")
+_BUCKET_STEPS = flags.DEFINE_integer(
+    "bucket_steps", 400, "Timed training steps per setting (buckets), in rounds of "
+    "--bucket_round steps that alternate between the settings.")
+_BUCKET_ROUND = flags.DEFINE_integer("bucket_round", 50, "Steps per setting and round (buckets).")
+_BUCKET_PARTS = flags.DEFINE_list(
+    "bucket_parts", ["compile", "cache", "demo"],
+    "Parts of `buckets`: compile (programs, compile seconds and steps/s per setting), "
+    "cache (cold vs warm second start, subprocesses), demo (the demo's wall time).")
+_CACHE_PROGRAMS = flags.DEFINE_list(
+    "cache_programs", ["0", "8"], "max_programs settings whose cold and warm starts "
+    "`buckets` times (part cache).")
+_DEMO_CONFIG = flags.DEFINE_string("demo_config", "configs/demo.py",
+                                   "Config of the demo timed by `buckets` (part demo).")
+_DEMO_ARGS = flags.DEFINE_list("demo_args", [], "Extra flags for the demo runs, e.g. "
+                               "config.training.steps=500 (without the leading --).")
+_SCRATCH = flags.DEFINE_string("scratch", None, "Folder for the subprocesses' caches, "
+                               "workdirs and logs (default: a new temporary folder).")
+_QUICK = flags.DEFINE_bool("quick", False, "A tiny model and few steps: checks that "
+                           "`buckets` runs; its figures mean nothing.")
+_CACHE_CHILD = flags.DEFINE_integer("cache_child", None, "Internal: compile the training "
+                                    "programs of this max_programs and print the times.")
 
 
 # The release's numbers on the same 2-core CPU (measured when issue 3 was worked on),
@@ -276,14 +318,310 @@ def bench_attention(repeats: int) -> dict:
   return results
 
 
+# --- buckets: training-length buckets, the persistent compilation cache, the demo ---------
+
+
+def _load() -> str:
+  """The 1, 5 and 15 minute load averages (the machine is shared; read figures beside it)."""
+  return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def _bucket_config(max_programs: int):
+  """The paper's config (configs/default.py) on reverse_string, randomized_relative,
+  training lengths 1..--max_train_length, with `training.max_programs = max_programs`."""
+  from configs import default  # pylint: disable=import-outside-toplevel
+  config = default.get_config()
+  config.task = "reverse_string"
+  config.model.pe = "randomized_relative"
+  config.training.max_length = _MAX_TRAIN_LENGTH.value
+  config.training.max_programs = max_programs
+  if _QUICK.value:  # Checks the code path only.
+    config.model.num_layers, config.model.d_model, config.model.num_heads = 1, 16, 2
+    config.training.batch_size = 8
+  return config
+
+
+def _program_batches(task, config) -> dict:
+  """One host batch per training program of `config`: {(tokens shape, targets shape): batch}.
+
+  Exact lengths (max_programs 0): one per length; buckets: one per bucket shape
+  (experiments.data.training_shapes), built as training builds them.
+  """
+  from experiments import data  # pylint: disable=import-outside-toplevel
+  import jax  # pylint: disable=import-outside-toplevel
+  t = config.training
+  shapes = data.training_shapes(task, config)
+  batches = {}
+  for n in range(t.min_length, t.max_length + 1):
+    batch = data.make_batch(task, jax.random.PRNGKey(n), t.batch_size, n)
+    if shapes is not None:
+      batch = data.pad_batch(task, batch, *shapes[n], t.batch_size)
+    batches.setdefault(_shape_key(batch), batch)
+  return batches
+
+
+def _shape_key(batch) -> tuple:
+  return batch["tokens"].shape, batch["targets"].shape
+
+
+def _compile_programs(trainer, batches) -> tuple[dict, float]:
+  """Lowers and compiles the step for every batch shape; (programs, seconds)."""
+  start = time.perf_counter()
+  compiled = {key: trainer.step.lower(trainer.state, trainer.seeds, trainer.place(batch))
+              .compile() for key, batch in batches.items()}
+  return compiled, time.perf_counter() - start
+
+
+def _bucket_compile_and_speed(task) -> dict:
+  """Programs, compile seconds and steps/s per max_programs setting (one process)."""
+  import jax  # pylint: disable=import-outside-toplevel
+
+  from experiments import data  # pylint: disable=import-outside-toplevel
+  from experiments import steps  # pylint: disable=import-outside-toplevel
+
+  settings = [int(v) for v in _BUCKET_PROGRAMS.value]
+  runs = {}
+  print(f"compile (load {_load()}):\n")
+  print("| max_programs | programs | token sizes | compile s | s per program |")
+  print("|---:|---:|---|---:|---:|")
+  for mp in settings:
+    config = _bucket_config(mp)
+    trainer = steps.build_trainer(config, task)
+    batches = _program_batches(task, config)
+    compiled, seconds = _compile_programs(trainer, batches)
+    sizes = sorted(key[0][1] for key in batches)
+    runs[mp] = {"config": config, "trainer": trainer, "compiled": compiled,
+                "shapes": data.training_shapes(task, config), "batches": batches,
+                "state": trainer.state, "time": 0.0, "round_times": []}
+    trainer.state = None  # The timing loop owns (and donates) the state.
+    size_text = (f"{sizes[0]}..{sizes[-1]} (every length)" if mp <= 0
+                 else ", ".join(str(x) for x in sizes))
+    print(f"| {mp or 'exact'} | {len(compiled)} | {size_text} | {seconds:.1f} | "
+          f"{seconds / len(compiled):.2f} |", flush=True)
+    runs[mp].update(programs=len(compiled), compile_s=seconds, token_sizes=sizes)
+  # A program's first execution is slower on CPU: run each once before timing.
+  for run in runs.values():
+    for key, batch in run["batches"].items():
+      run["state"], _ = run["compiled"][key](run["state"], run["trainer"].seeds,
+                                              run["trainer"].place(batch))
+    jax.block_until_ready(run["state"])
+  # Steady state over the training length distribution: the same steps (so the same
+  # lengths) for every setting, drawn and prefetched as the training loop draws them, in
+  # rounds that alternate between the settings so that a change of the machine's load
+  # falls on all of them alike.
+  total, chunk = _BUCKET_STEPS.value, max(1, min(_BUCKET_ROUND.value, _BUCKET_STEPS.value))
+  load_before = _load()
+  for r, first in enumerate(range(0, total, chunk)):
+    last = min(total, first + chunk)
+    order = settings[r % len(settings):] + settings[:r % len(settings)]
+    for mp in order:
+      run = runs[mp]
+      config, shapes, trainer = run["config"], run["shapes"], run["trainer"]
+      prefetch = data.Prefetcher(
+          lambda s, c=config, sh=shapes: data.data_for_step(task, c, s, sh), first, last,
+          depth=config.training.prefetch, place=trainer.place)
+      start = time.perf_counter()
+      state = run["state"]
+      for _ in range(first, last):
+        batch = prefetch.next()
+        state, _ = run["compiled"][_shape_key(batch)](state, trainer.seeds, batch)
+      jax.block_until_ready(state)
+      elapsed = time.perf_counter() - start
+      prefetch.close()
+      run["state"] = state
+      run["time"] += elapsed
+      run["round_times"].append(elapsed)
+  exact = runs.get(0)
+  print(f"\nsteps/s over lengths 1..{_MAX_TRAIN_LENGTH.value} ({total} steps per setting in "
+        f"rounds of {chunk}; load {load_before} before, {_load()} after):\n")
+  print("| max_programs | programs | compile s | steps/s | vs exact (total) | "
+        "vs exact (median of rounds) |")
+  print("|---:|---:|---:|---:|---:|---:|")
+  results = {}
+  for mp in settings:
+    run = runs[mp]
+    rate = total / run["time"]
+    row = {"programs": run["programs"], "compile_s": run["compile_s"],
+           "token_sizes": run["token_sizes"], "steps_per_s": rate,
+           "round_seconds": run["round_times"]}
+    ratio_text = median_text = "-"
+    if exact is not None:
+      row["vs_exact"] = exact["time"] / run["time"]
+      row["vs_exact_median_round"] = statistics.median(
+          e / b for e, b in zip(exact["round_times"], run["round_times"]))
+      row["compile_vs_exact"] = run["compile_s"] / exact["compile_s"]
+      ratio_text = f"{row['vs_exact']:.3f}"
+      median_text = f"{row['vs_exact_median_round']:.3f}"
+    results[str(mp)] = row
+    print(f"| {mp or 'exact'} | {run['programs']} | {run['compile_s']:.1f} | {rate:.2f} | "
+          f"{ratio_text} | {median_text} |", flush=True)
+  results["steps"], results["round"] = total, chunk
+  results["load_before_steps"], results["load_after_steps"] = load_before, _load()
+  del runs, exact
+  jax.clear_caches()
+  gc.collect()
+  return results
+
+
+def _cache_child(max_programs: int) -> None:
+  """A process's compile phase for one setting, with the persistent cache of the
+  environment (RANDOMIZED_PE_COMPILATION_CACHE): the trainer (its init program) and every
+  training program. Prints one JSON line."""
+  start = time.perf_counter()
+  from experiments import compile_cache  # pylint: disable=import-outside-toplevel
+  compile_cache.enable("")
+  import tasks  # pylint: disable=import-outside-toplevel
+  from experiments import steps  # pylint: disable=import-outside-toplevel
+  task = tasks.get("reverse_string")
+  config = _bucket_config(max_programs)
+  compile_start = time.perf_counter()
+  trainer = steps.build_trainer(config, task)
+  batches = _program_batches(task, config)
+  compiled, _ = _compile_programs(trainer, batches)
+  end = time.perf_counter()
+  print("CACHE_CHILD " + json.dumps({
+      "compile_phase_s": end - compile_start, "imports_s": compile_start - start,
+      "programs": len(compiled), **compile_cache.stats()}), flush=True)
+
+
+def _child_flags() -> list:
+  return [f"--max_train_length={_MAX_TRAIN_LENGTH.value}"] + (["--quick"] if _QUICK.value
+                                                              else [])
+
+
+def _run(command, env, log_path, timeout=3600) -> tuple:
+  """Runs `command` (stdout and stderr to log_path); (wall seconds, stdout text)."""
+  import subprocess  # pylint: disable=import-outside-toplevel
+  import sys  # pylint: disable=import-outside-toplevel
+  start = time.perf_counter()
+  with open(log_path, "w") as log:
+    done = subprocess.run([sys.executable, *command], env=env, stdout=log,
+                          stderr=subprocess.STDOUT, timeout=timeout, check=False,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  wall = time.perf_counter() - start
+  with open(log_path) as log:
+    text = log.read()
+  if done.returncode != 0:
+    raise RuntimeError(f"{' '.join(command)} exited with {done.returncode}; see {log_path}:\n"
+                       + text[-2000:])
+  return wall, text
+
+
+def _bucket_cache(scratch: str) -> dict:
+  """Cold start vs warm start (the same config again) of each --cache_programs setting,
+  each setting with its own fresh cache folder, in subprocesses."""
+  from experiments import compile_cache  # pylint: disable=import-outside-toplevel
+  results = {}
+  print("\nthe same config started twice, its own fresh cache folder (subprocesses; the "
+        "compile phase: trainer and every training program):\n")
+  print("| max_programs | programs | cold compile s | warm compile s | warm / cold | "
+        "warm: loaded / compiled | process wall cold / warm | load |")
+  print("|---:|---:|---:|---:|---:|---|---|---|")
+  for mp in (int(v) for v in _CACHE_PROGRAMS.value):
+    folder = os.path.join(scratch, f"cache_programs{mp}")
+    env = {**os.environ, compile_cache.ENV: folder}
+    starts = []
+    for name in ("cold", "warm"):
+      wall, text = _run(["-m", "experiments.benchmark", f"--cache_child={mp}",
+                         *_child_flags()], env,
+                        os.path.join(scratch, f"cache_programs{mp}_{name}.log"))
+      line = [l for l in text.splitlines() if l.startswith("CACHE_CHILD ")][-1]
+      starts.append({**json.loads(line[len("CACHE_CHILD "):]), "wall_s": wall})
+    cold, warm = starts
+    ratio = warm["compile_phase_s"] / cold["compile_phase_s"]
+    results[str(mp)] = {"cold": cold, "warm": warm, "warm_vs_cold": ratio, "load": _load()}
+    print(f"| {mp or 'exact'} | {cold['programs']} | {cold['compile_phase_s']:.1f} | "
+          f"{warm['compile_phase_s']:.1f} | {ratio:.3f} | {warm['loaded']} / "
+          f"{warm['compiled']} | {cold['wall_s']:.0f} / {warm['wall_s']:.0f} | {_load()} |",
+          flush=True)
+  return results
+
+
+def _demo_scores(workdir: str) -> dict:
+  with open(os.path.join(workdir, "eval.json")) as f:
+    record = json.load(f)
+  return {"training_lengths": record["training_lengths"], **record["scores"],
+          "step": record["step"]}
+
+
+def _bucket_demo(scratch: str) -> dict:
+  """`python -m experiments.train --config=<demo>` in a fresh workdir, with a fresh cache
+  folder (cold), then again in another fresh workdir with that folder (warm)."""
+  from experiments import compile_cache  # pylint: disable=import-outside-toplevel
+  folder = os.path.join(scratch, "cache_demo")
+  env = {**os.environ, compile_cache.ENV: folder}
+  extra = [f"--{a}" for a in _DEMO_ARGS.value]
+  if _QUICK.value:
+    extra += ["--config.training.steps=20", "--config.evaluation.max_length=12"]
+  results = {"config": _DEMO_CONFIG.value, "args": extra}
+  print(f"\n`python -m experiments.train --config={_DEMO_CONFIG.value} "
+        f"{' '.join(extra)}` in a fresh workdir (wall seconds, the whole process):\n")
+  print("| cache | wall s | training lengths | unseen lengths | cache line | load |")
+  print("|---|---:|---:|---:|---|---|")
+  for name in ("cold", "warm"):
+    workdir = os.path.join(scratch, f"demo_{name}")
+    wall, text = _run(["-m", "experiments.train", f"--config={_DEMO_CONFIG.value}",
+                       f"--workdir={workdir}", *extra], env,
+                      os.path.join(scratch, f"demo_{name}.log"))
+    scores = _demo_scores(workdir)
+    cache_line = [l for l in text.splitlines() if l.startswith("compilation cache")]
+    cache_line = cache_line[-1].split(": ", 1)[-1] if cache_line else "-"
+    results[name] = {"wall_s": wall, **scores, "cache": cache_line, "load": _load()}
+    unseen = "-" if scores["unseen"] is None else f"{100 * scores['unseen']:.1f}%"
+    print(f"| {name} | {wall:.1f} | {100 * scores['train_range']:.1f}% | {unseen} | "
+          f"{cache_line} | {_load()} |", flush=True)
+  return results
+
+
+def bench_buckets(repeats: int) -> dict:
+  """Training-length buckets, the persistent cache and the demo (module docstring)."""
+  del repeats
+  import tempfile  # pylint: disable=import-outside-toplevel
+
+  import jax  # pylint: disable=import-outside-toplevel
+
+  import tasks  # pylint: disable=import-outside-toplevel
+
+  task = tasks.get("reverse_string")
+  config = _bucket_config(0)
+  m, t = config.model, config.training
+  print(f"device: {jax.device_count()} x {jax.devices()[0].device_kind}; reverse_string, "
+        f"{m.pe}, {m.num_layers} layers, d_model {m.d_model}, batch {t.batch_size}, "
+        f"training lengths {t.min_length}..{t.max_length}{' (--quick)' if _QUICK.value else ''}"
+        f"\n")
+  scratch = _SCRATCH.value or tempfile.mkdtemp(prefix="randomized_pe_benchmark_")
+  os.makedirs(scratch, exist_ok=True)
+  results = {"device": jax.devices()[0].device_kind, "quick": _QUICK.value,
+             "scratch": scratch, "load_start": _load()}
+  unknown = set(_BUCKET_PARTS.value) - {"compile", "cache", "demo"}
+  if unknown:
+    raise app.UsageError(f"unknown --bucket_parts {sorted(unknown)}")
+  if "compile" in _BUCKET_PARTS.value:
+    results["settings"] = _bucket_compile_and_speed(task)
+  if "cache" in _BUCKET_PARTS.value:
+    results["cache"] = _bucket_cache(scratch)
+  if "demo" in _BUCKET_PARTS.value:
+    results["demo"] = _bucket_demo(scratch)
+  results["load_end"] = _load()
+  print(f"\nsubprocess logs, caches and workdirs: {scratch}")
+  return results
+
+
 SECTIONS = {"tasks": bench_tasks, "train": bench_train, "grid": bench_grid,
-            "attention": bench_attention}
+            "attention": bench_attention, "buckets": bench_buckets}
 
 
 def main(argv):
   del argv
   from absl import logging  # pylint: disable=import-outside-toplevel
   logging.set_verbosity(logging.WARNING)
+  if _CACHE_CHILD.value is not None:  # A subprocess of `buckets` (part cache).
+    _cache_child(_CACHE_CHILD.value)
+    return
+  # Compile seconds here mean compiling: this process never reads a persistent cache
+  # (the parts of `buckets` that measure the cache start subprocesses with their own).
+  from experiments import compile_cache  # pylint: disable=import-outside-toplevel
+  compile_cache.enable("off")
   unknown = [s for s in _SECTIONS.value if s not in SECTIONS]
   if unknown:
     raise app.UsageError(f"unknown sections {unknown}; valid: {', '.join(SECTIONS)}")
