@@ -57,7 +57,11 @@ def get_config(arg=None):
   config.training.prefetch = 4  # Batches generated ahead by a background thread.
   # Training programs: 0 compiles one per training length (the paper's exact shapes);
   # N > 0 pads each batch to one of at most N bucket sizes (the same loss and updates,
-  # fewer compilations; experiments/data.py).
+  # fewer compilations; experiments/data.py). 0 here because of the figures of
+  # `python -m experiments.benchmark --sections=buckets` (this model, lengths 1..40, one
+  # run on a 2-core CPU): 8 programs compile in 16% of the exact time but step 13.5%
+  # slower, 4 programs 8% and 20% slower; over the paper's 2M steps the slower steps cost
+  # far more than the ~25 minutes of compiling saved. Short CPU runs gain (configs/su.py).
   config.training.max_programs = 0
   # The position sampler of training (randomized_pe.samplers.names(), e.g. "unsorted"
   # for the paper's Table 3); "": the encoding's own (arange, or randomized for
