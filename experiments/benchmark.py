@@ -27,7 +27,8 @@ Sections:
          `cache`: a subprocess's compile phase (trainer and every training program)
          started twice with its own fresh cache folder, cold then warm; `demo`:
          the wall time of `python -m experiments.train --config=configs/demo.py`
-         in a fresh workdir, cold cache then warm, with the accuracies it reached.
+         (or each of --demo_configs) in a fresh workdir, cold cache then warm, with
+         the accuracies it reached.
          `--quick` runs it all on a tiny model to check that it works.
 
 This process never reads a persistent compilation cache (compile seconds mean
@@ -79,8 +80,9 @@ _BUCKET_PARTS = flags.DEFINE_list(
 _CACHE_PROGRAMS = flags.DEFINE_list(
     "cache_programs", ["0", "8"], "max_programs settings whose cold and warm starts "
     "`buckets` times (part cache).")
-_DEMO_CONFIG = flags.DEFINE_string("demo_config", "configs/demo.py",
-                                   "Config of the demo timed by `buckets` (part demo).")
+_DEMO_CONFIGS = flags.DEFINE_list(
+    "demo_configs", ["configs/demo.py"], "Configs of the demo timed by `buckets` (part "
+    "demo), each with its own fresh cache folder; e.g. the previous demo beside this one.")
 _DEMO_ARGS = flags.DEFINE_list("demo_args", [], "Extra flags for the demo runs, e.g. "
                                "config.training.steps=500 (without the leading --).")
 _SCRATCH = flags.DEFINE_string("scratch", None, "Folder for the subprocesses' caches, "
@@ -545,31 +547,35 @@ def _demo_scores(workdir: str) -> dict:
 
 
 def _bucket_demo(scratch: str) -> dict:
-  """`python -m experiments.train --config=<demo>` in a fresh workdir, with a fresh cache
-  folder (cold), then again in another fresh workdir with that folder (warm)."""
+  """`python -m experiments.train --config=<demo>` in a fresh workdir with a fresh cache
+  folder (cold), then again in another fresh workdir with that folder (warm), for each
+  of --demo_configs."""
   from experiments import compile_cache  # pylint: disable=import-outside-toplevel
-  folder = os.path.join(scratch, "cache_demo")
-  env = {**os.environ, compile_cache.ENV: folder}
   extra = [f"--{a}" for a in _DEMO_ARGS.value]
   if _QUICK.value:
     extra += ["--config.training.steps=20", "--config.evaluation.max_length=12"]
-  results = {"config": _DEMO_CONFIG.value, "args": extra}
-  print(f"\n`python -m experiments.train --config={_DEMO_CONFIG.value} "
-        f"{' '.join(extra)}` in a fresh workdir (wall seconds, the whole process):\n")
-  print("| cache | wall s | training lengths | unseen lengths | cache line | load |")
-  print("|---|---:|---:|---:|---|---|")
-  for name in ("cold", "warm"):
-    workdir = os.path.join(scratch, f"demo_{name}")
-    wall, text = _run(["-m", "experiments.train", f"--config={_DEMO_CONFIG.value}",
-                       f"--workdir={workdir}", *extra], env,
-                      os.path.join(scratch, f"demo_{name}.log"))
-    scores = _demo_scores(workdir)
-    cache_line = [l for l in text.splitlines() if l.startswith("compilation cache")]
-    cache_line = cache_line[-1].split(": ", 1)[-1] if cache_line else "-"
-    results[name] = {"wall_s": wall, **scores, "cache": cache_line, "load": _load()}
-    unseen = "-" if scores["unseen"] is None else f"{100 * scores['unseen']:.1f}%"
-    print(f"| {name} | {wall:.1f} | {100 * scores['train_range']:.1f}% | {unseen} | "
-          f"{cache_line} | {_load()} |", flush=True)
+  results = {}
+  print(f"\n`python -m experiments.train --config=CONFIG {' '.join(extra)}` in a fresh "
+        "workdir; wall seconds of the whole process, cold cache then warm:\n")
+  print("| config | cache | wall s | training lengths | unseen lengths | programs | load |")
+  print("|---|---|---:|---:|---:|---|---|")
+  for i, config in enumerate(_DEMO_CONFIGS.value):
+    folder = os.path.join(scratch, f"cache_demo{i}")
+    env = {**os.environ, compile_cache.ENV: folder}
+    results[config] = {"args": extra}
+    for name in ("cold", "warm"):
+      workdir = os.path.join(scratch, f"demo{i}_{name}")
+      wall, text = _run(["-m", "experiments.train", f"--config={config}",
+                         f"--workdir={workdir}", *extra], env,
+                        os.path.join(scratch, f"demo{i}_{name}.log"))
+      scores = _demo_scores(workdir)
+      cache_line = [l for l in text.splitlines() if l.startswith("compilation cache")]
+      cache_line = cache_line[-1].split(": ", 1)[-1] if cache_line else "-"
+      results[config][name] = {"wall_s": wall, **scores, "cache": cache_line,
+                               "load": _load()}
+      unseen = "-" if scores["unseen"] is None else f"{100 * scores['unseen']:.1f}%"
+      print(f"| {config} | {name} | {wall:.1f} | {100 * scores['train_range']:.1f}% | "
+            f"{unseen} | {cache_line} | {_load()} |", flush=True)
   return results
 
 
