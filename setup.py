@@ -28,9 +28,10 @@ setuptools.setup(
         "orbax-checkpoint>=0.6,<0.13",
         "tqdm>=4.60,<5",
         "matplotlib>=3.7,<4",
+        "scipy>=1.11,<2",
     ],
     extras_require={
-        "dev": ["pytest>=7.4,<10"],
+        "dev": ["pytest>=7.4,<10", "pytest-xdist>=3.5,<4"],
         # Sweeps on a Ray cluster: python -m experiments.sweep --executor=ray.
         "cluster": ["ray>=2.9,<3"],
     },

@@ -77,6 +77,11 @@ def get_config(arg=None):
   # sampler's evaluation default (for the built-in samplers: the training sampler).
   config.evaluation.positions = ""
   config.evaluation.max_buckets = 16  # Programs compiled for the length range.
+  # Evaluation during training every this many steps (0: only at the end), each a
+  # record of metrics.jsonl with the training seconds so far (the paper's Figure 2),
+  # with this many sequences per length (0: batch_size).
+  config.evaluation.every_steps = 0
+  config.evaluation.periodic_batch_size = 0
   # Sub-batches keep attention logits (chunk x heads x T x T floats) under this size.
   config.evaluation.max_logits = 2**27
 

@@ -43,6 +43,7 @@ not measured. The first measurement, with 3 training and 4 evaluation programs, 
 import ml_collections
 
 from configs import default
+from configs import small
 
 SCALES = ("full", "small")
 TASKS = ("reverse_string", "duplicate_string", "missing_duplicate_string", "even_pairs",
@@ -80,10 +81,5 @@ def get_config(arg=None):
   config.sweep.variants = tuple((name, dict(overrides)) for name, overrides in VARIANTS)
   config.progress = False
   if scale == "small":
-    config.grid.seeds = (0, 1, 2)
-    config.grid.learning_rates = (1e-3,)
-    config.model.update(num_layers=2, num_heads=4, d_model=32, max_position=128)
-    config.training.update(steps=500, batch_size=32, max_length=8, log_every=100,
-                           checkpoint_every=250, max_programs=1)
-    config.evaluation.update(max_length=24, batch_size=64, max_buckets=2)
+    small.apply(config)
   return config

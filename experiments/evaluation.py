@@ -220,24 +220,45 @@ class SplitEvaluator:
 
 class LengthEvaluation:
   """A generated task's evaluation: accuracy per length over evaluation.min_length..
-  max_length, once, after training (eval.json: `results.eval_record`)."""
+  max_length after training (eval.json: `results.eval_record`), and every
+  evaluation.every_steps steps during training (records of metrics.jsonl; 0: never),
+  then with evaluation.periodic_batch_size sequences per length (0: batch_size).
+
+  A periodic record holds the per-length accuracy, its mean over the range and the
+  scores (training range, unseen lengths), each a list over the models of a grid (the
+  one value of a single model); the loop adds the training seconds so far, so that
+  accuracy can be drawn against training time (the paper's Figure 2).
+  """
 
   def __init__(self, source, model, config, batch_sharding=None):
     self._config = config
+    self._every = config.evaluation.get("every_steps", 0)
     self._evaluator = RangeEvaluator(model, source.task, max_logits=config.evaluation.max_logits,
                                      batch_sharding=batch_sharding, stacked=True)
 
   def due(self, step: int) -> bool:
-    del step
-    return False  # Only at the end.
+    return self._every > 0 and step % self._every == 0
+
+  def _evaluate(self, params, batch_size, progress=False):
+    e = self._config.evaluation
+    return self._evaluator.evaluate(params, range(e.min_length, e.max_length + 1),
+                                    batch_size, e.seed, e.max_buckets, progress=progress)
 
   def periodic(self, params, step: int, unwrap) -> dict:
-    raise NotImplementedError("generated tasks are evaluated at the end only")
+    e, t = self._config.evaluation, self._config.training
+    evaluated = self._evaluate(params, e.get("periodic_batch_size", 0) or e.batch_size)
+    lengths = evaluated["lengths"]
+    per_model = np.asarray(evaluated["accuracy"], np.float64).T  # [M, lengths]
+    model_scores = [results.scores(lengths, list(a), t.min_length, t.max_length)
+                    for a in per_model]
+    return {"step": step, "evaluation": {
+        "lengths": lengths,
+        "accuracy": [unwrap(a) for a in evaluated["accuracy"]],
+        "mean": unwrap(per_model.mean(axis=1).tolist()),
+        **{name: unwrap([s[name] for s in model_scores]) for name in model_scores[0]}}}
 
   def final(self, params, members, diverged, step: int, progress: bool = False) -> dict:
-    e = self._config.evaluation
-    evaluated = self._evaluator.evaluate(params, range(e.min_length, e.max_length + 1),
-                                         e.batch_size, e.seed, e.max_buckets, progress=progress)
+    evaluated = self._evaluate(params, self._config.evaluation.batch_size, progress)
     return results.eval_record(self._config, members, evaluated, diverged, step)
 
 

@@ -86,6 +86,22 @@ class MetricsInterval:
     return record
 
 
+class TrainingClock:
+  """Wall seconds spent training, evaluation during training excluded, carried across
+  resumes through the checkpoints (the x axis of the paper's Figure 2; eval.json's
+  train_seconds, the running time of the paper's Table 2). Compiling counts: it is part
+  of what a run costs."""
+
+  def __init__(self, carried: float = 0.0):
+    self._carried, self._started, self._excluded = float(carried), time.perf_counter(), 0.0
+
+  def seconds(self) -> float:
+    return self._carried + time.perf_counter() - self._started - self._excluded
+
+  def exclude(self, seconds: float) -> None:
+    self._excluded += seconds
+
+
 def _check_start(workdir: str, config: ml_collections.ConfigDict, saved_steps) -> None:
   """Refuses (ValueError, before anything is written) a workdir holding another run, or
   a checkpoint beyond the configured steps."""
@@ -158,6 +174,7 @@ def _train_and_evaluate(config, source, workdir, store, devices) -> dict:
                   dynamic_ncols=True, desc=f"{config.task} / {config.model.pe}"
                   + (f" x {num_models} models" if num_models > 1 else ""))
   interval = MetricsInterval(carry)
+  clock = TrainingClock(carry.get("train_seconds", 0.0))
 
   def check_finite(step):
     diverged = np.asarray(trainer.state.nonfinite)
@@ -172,7 +189,7 @@ def _train_and_evaluate(config, source, workdir, store, devices) -> dict:
 
   def save(step):
     check_finite(step)
-    store.save(step, trainer.state, interval.carry())
+    store.save(step, trainer.state, {**interval.carry(), "train_seconds": clock.seconds()})
 
   try:
     with stopping.graceful():
@@ -186,8 +203,12 @@ def _train_and_evaluate(config, source, workdir, store, devices) -> dict:
           bar.set_postfix(loss=f"{np.mean(records[-1]['loss']):.4f}",
                           acc=f"{np.mean(records[-1]['accuracy']):.3f}")
         if evaluator.due(step):
-          records.append(evaluator.periodic(_evaluation_params(trainer), step, unwrap))
+          jax.block_until_ready(trainer.state)  # The steps so far count as training.
+          train_seconds, began = clock.seconds(), time.perf_counter()
+          record = evaluator.periodic(_evaluation_params(trainer), step, unwrap)
+          records.append({**record, "train_seconds": train_seconds})
           io_utils.write_jsonl(metrics_path, records)
+          clock.exclude(time.perf_counter() - began)
         if step % t.checkpoint_every == 0 or step == t.steps:
           save(step)
         bar.update(1)
@@ -203,9 +224,12 @@ def _train_and_evaluate(config, source, workdir, store, devices) -> dict:
     bar.close()
 
   # Evaluation of every model: over the length range, or on the dataset's splits.
+  jax.block_until_ready(trainer.state)
+  train_seconds = clock.seconds()
   result = evaluator.final(_evaluation_params(trainer), trainer.members,
                            np.asarray(trainer.state.nonfinite).tolist(),
                            int(np.asarray(trainer.state.step)[0]), progress=config.progress)
+  result["train_seconds"] = train_seconds
   io_utils.write_json(os.path.join(workdir, "eval.json"), result)
   return result
 

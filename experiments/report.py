@@ -16,8 +16,19 @@ A sweep with variants (`sweep.variants`, e.g. configs/su.py) gets instead:
                           (task, variant), at the learning rate with the best mean
   figures/TASK.png        accuracy against length, a line per variant (mean over
                           seeds, the band ± one std), training range shaded
---kind=auto (default) picks the variants report when the jobs' config.json name
-variants, else the paper's tables; --kind=paper or --kind=variants forces one.
+The paper kind also writes
+  table2.md / table2.csv  training hours per job from the runs' own records (eval.json's
+                          train_seconds), beside the paper's Table 2
+Experiments of the paper's appendix name their report in the sweep config
+(`sweep.report`):
+  table3     (configs/table3.py) table3.md: max over seeds and learning rates of sorted
+             and unsorted randomized sin/cos, beside the paper's Table 3 and Table 1
+  figure3    (configs/figure3.py) figure3.md, figure3.png: unseen-length accuracy
+             against the maximum position L
+  figure2    (configs/figure2.py) figure2.md, figure2.png: accuracy on the test lengths
+             against training seconds, from the evaluations during training
+--kind=auto (default) takes the jobs' `sweep.report`, else the variants report when
+they name variants, else the paper's tables; --kind=KIND forces one.
 A missing job (an unfinished sweep) is shown as a missing cell, never as zero.
 The published numbers come from experiments/data/paper_results.json, a copy of
 the tables of Ruoss et al., "Randomized Positional Encodings Boost Length
@@ -38,7 +49,6 @@ from experiments import io_utils
 PAPER_RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
                              "paper_results.json")
 MISSING = "–"
-KINDS = ("auto", "paper", "variants")
 
 
 def load_paper() -> dict:
@@ -199,11 +209,10 @@ def sweep_variants(sweep_dir: str, results: dict) -> list[str] | None:
   """The sweep's variant names in the config's order, from the jobs' config.json
   (`sweep.encodings` then `sweep.variants`); None if no job's config names variants."""
   from experiments import sweep  # pylint: disable=import-outside-toplevel
-  from experiments import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
 
   for task, name in results:
     try:
-      stored = workdir_lib.stored_config(os.path.join(sweep_dir, task, name)) or {}
+      stored = stored_job_config(sweep_dir, task, name) or {}
     except io_utils.CorruptFileError:
       continue
     sweep_config = stored.get("sweep") or {}
@@ -316,24 +325,312 @@ def write_variant_report(sweep_dir: str, results: dict, order, out_dir: str) -> 
           "table": md, "out_dir": out_dir}
 
 
-def write_report(sweep_dir: str, out_dir: str | None = None, kind: str = "auto") -> dict:
-  """Writes every report file; returns the tables (and the paper kind's headline).
+def stored_job_config(sweep_dir: str, task: str, name: str) -> dict | None:
+  """A job's config.json (None without one; CorruptFileError if damaged)."""
+  from experiments import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
+  return workdir_lib.stored_config(os.path.join(sweep_dir, task, name))
 
-  kind: "paper" (Table 1, Table 4, headline), "variants" (write_variant_report) or
-  "auto": "variants" when the jobs' config.json name `sweep.variants`.
+
+def _figure(width=7, height=4, ncols=1):
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  fig, axes = plt.subplots(1, ncols, figsize=(width * ncols, height), squeeze=False)
+  return plt, fig, list(axes[0])
+
+
+def _save(plt, fig, path: str) -> None:
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def _pair_text(value, digits=1):
+  return MISSING if value is None else f"{value[0]:.{digits}f} ± {value[1]:.{digits}f}"
+
+
+def _write_both(out_dir: str, name: str, md: str, rows: list[list]) -> None:
+  """OUT/NAME.md and OUT/NAME.csv (None cells empty, floats with two decimals)."""
+  io_utils.atomic_write_text(os.path.join(out_dir, f"{name}.md"), md + "\n")
+  buffer = io.StringIO()
+  writer = csv.writer(buffer)
+  for row in rows:
+    writer.writerow(["" if v is None else f"{v:.2f}" if isinstance(v, float) else v
+                     for v in row])
+  io_utils.atomic_write_text(os.path.join(out_dir, f"{name}.csv"), buffer.getvalue())
+
+
+# Table 2: running times.
+
+
+def table2_cells(results: dict, tasks, encodings, paper: dict) -> dict:
+  """(task, encoding) -> ((our hours, models in the job) or None, (paper mean, std) or None).
+
+  Ours: the job's training seconds (eval.json's train_seconds: training wall time,
+  compiling included, evaluation excluded) in hours. A job trains its grid of models in
+  one program, so its time is for all of them; the paper's is for one model per GPU.
   """
-  if kind not in KINDS:
-    raise ValueError(f"unknown report kind {kind!r}; valid choices: {', '.join(KINDS)}")
-  if not os.path.isdir(sweep_dir):
-    raise ValueError(f"no sweep folder at {sweep_dir}")
-  results = load_sweep(sweep_dir)
-  if not results:
-    raise ValueError(f"no finished job (eval.json) under {sweep_dir}")
-  out_dir = out_dir or os.path.join(sweep_dir, "report")
-  order = sweep_variants(sweep_dir, results) if kind != "paper" else None
-  os.makedirs(os.path.join(out_dir, "figures"), exist_ok=True)
-  if kind == "variants" or (kind == "auto" and order is not None):
-    return write_variant_report(sweep_dir, results, order, out_dir)
+  published = paper.get("table2_running_hours_mean_std", {}).get("hours", {})
+  cells = {}
+  for task in tasks:
+    for pe in encodings:
+      result = results.get((task, pe))
+      ours = None
+      if result and result.get("train_seconds") is not None:
+        ours = (result["train_seconds"] / 3600, len(result["models"]))
+      ref = published.get(task, {}).get(pe)
+      cells[task, pe] = (ours, tuple(ref) if ref else None)
+  return cells
+
+
+def table2_markdown(tasks, encodings, cells) -> str:
+  lines = ["## Table 2: training time in hours",
+           "",
+           "Cells: ours, the whole job (its grid of models trained together in one "
+           "program; models in brackets) (paper: mean ± std over runs of one model on a "
+           f"V100). {MISSING}: no job, or a job without its time (runs made before times "
+           "were recorded).",
+           "",
+           "| task | " + " | ".join(encodings) + " |", "|---|" + "---:|" * len(encodings)]
+  for task in tasks:
+    row = []
+    for pe in encodings:
+      ours, ref = cells[task, pe]
+      ours_text = MISSING if ours is None else f"{ours[0]:.3g} [{ours[1]}]"
+      row.append(f"{ours_text} ({_pair_text(ref, 2)})")
+    lines.append(f"| {task} | " + " | ".join(row) + " |")
+  return "\n".join(lines)
+
+
+def table2_csv(tasks, encodings, cells) -> str:
+  buffer = io.StringIO()
+  writer = csv.writer(buffer)
+  writer.writerow(["task", "encoding", "ours_hours", "ours_models", "paper_mean", "paper_std"])
+  for task in tasks:
+    for pe in encodings:
+      ours, ref = cells[task, pe]
+      ours, ref = ours or (None, None), ref or (None, None)
+      writer.writerow([task, pe, "" if ours[0] is None else f"{ours[0]:.4f}",
+                       "" if ours[1] is None else ours[1],
+                       *["" if v is None else f"{v:.2f}" for v in ref]])
+  return buffer.getvalue()
+
+
+# Table 3: randomized sin/cos, sorted and unsorted (configs/table3.py).
+
+TABLE3_VARIANTS = ("sorted", "unsorted")
+
+
+def write_table3_report(results: dict, out_dir: str) -> dict:
+  """Max over seeds and learning rates per (task, sorted/unsorted), ours (paper), and the
+  mean over tasks of sorted minus unsorted (the paper: +15.7 points over its 15 tasks)."""
+  paper = load_paper()
+  published = {"sorted": {t: row.get("randomized_sin_cos") for t, row in
+                          paper["table1_max_over_seeds_and_lrs"].items()},
+               "unsorted": paper["table3_randomized_sin_cos_unsorted"]}
+  tasks = _ordered({t for t, _ in results}, list(paper["task_levels"]))
+  cells = {(task, v): (table1_value(results[task, v]) if (task, v) in results else None,
+                       published[v].get(task))
+           for task in tasks for v in TABLE3_VARIANTS}
+  gains = {}
+  for which in (0, 1):
+    diffs = [cells[t, "sorted"][which] - cells[t, "unsorted"][which] for t in tasks
+             if cells[t, "sorted"][0] is not None and cells[t, "unsorted"][0] is not None
+             and cells[t, "sorted"][1] is not None and cells[t, "unsorted"][1] is not None]
+    gains["ours" if which == 0 else "paper_same_tasks"] = (
+        float(np.mean(diffs)) if diffs else None)
+  note = ("Cells: ours (paper). Accuracy in % averaged over the unseen test lengths, "
+          "maximised over seeds and learning rates as the paper's Table 3; the paper's "
+          f"sorted column is its Table 1. {MISSING}: a job not (yet) finished.")
+  md = (f"## Table 3: randomized sin/cos with and without sorting\n\n{note}\n\n"
+        + markdown_table(tasks, TABLE3_VARIANTS, cells))
+  if gains["ours"] is not None:
+    md += (f"\n\nsorted minus unsorted, mean over these tasks: {gains['ours']:+.1f} points "
+           f"(paper, same tasks: {gains['paper_same_tasks']:+.1f}; paper, 15 tasks: +15.7)")
+  _write_both(out_dir, "table3", md, [["task", "variant", "ours", "paper"]] + [
+      [task, v, *cells[task, v]] for task in tasks for v in TABLE3_VARIANTS])
+  for task in tasks:
+    plot_variants(task, results, list(TABLE3_VARIANTS),
+                  os.path.join(out_dir, "figures", f"{task}.png"))
+  return {"kind": "table3", "tasks": tasks, "cells": cells, "gains": gains, "table": md,
+          "text": md}
+
+
+# Figure 3: accuracy against the maximum position L (configs/figure3.py).
+
+
+def write_figure3_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
+  """Unseen-length accuracy per (task, L): mean ± std over seeds at the best learning
+  rate and the max over seeds and learning rates; L read from each job's config.json."""
+  paper = load_paper()
+  points = {}  # task -> [(L, variant value, max)]
+  for (task, name), result in results.items():
+    stored = stored_job_config(sweep_dir, task, name)
+    if not stored:
+      print(f"warning: {task}/{name} has no config.json (its L); left out", file=sys.stderr)
+      continue
+    points.setdefault(task, []).append(
+        (stored["model"]["max_position"], variant_value(result), table1_value(result)))
+  tasks = _ordered(set(points), list(paper["task_levels"]))
+  values = sorted({p[0] for task in tasks for p in points[task]})
+  by_cell = {(task, p[0]): p for task in tasks for p in points[task]}
+  lines = ["## Figure 3: unseen-length accuracy against the maximum position L", "",
+           "Cells: mean ± std over seeds at the best learning rate (max over seeds and "
+           f"learning rates). Accuracy in % averaged over the unseen test lengths. {MISSING}: "
+           "a job not (yet) finished. The paper gives no numbers, only its reading: "
+           "largely unaffected by L unless L is much larger than the test lengths.", "",
+           "| task | " + " | ".join(f"L = {v}" for v in values) + " |",
+           "|---|" + "---:|" * len(values)]
+  rows = [["task", "L", "mean", "std", "seeds", "max"]]
+  for task in tasks:
+    cells = []
+    for v in values:
+      cell = by_cell.get((task, v))
+      if cell is None or cell[1] is None:
+        cells.append(MISSING)
+        rows.append([task, v, None, None, None, None])
+        continue
+      (mean, std, n), best = cell[1], cell[2]
+      cells.append(f"{mean:.1f} ± {std:.1f} ({best:.1f})")
+      rows.append([task, v, mean, std, n, best])
+    lines.append(f"| {task} | " + " | ".join(cells) + " |")
+  md = "\n".join(lines)
+  _write_both(out_dir, "figure3", md, rows)
+  plt, fig, axes = _figure(5, 3.8, max(1, len(tasks)))
+  for ax, task in zip(axes, tasks):
+    pts = sorted((p for p in points[task] if p[1] is not None), key=lambda p: p[0])
+    if pts:
+      xs = [p[0] for p in pts]
+      ax.errorbar(xs, [p[1][0] for p in pts], yerr=[p[1][1] for p in pts], marker="o",
+                  capsize=3, label="mean ± std over seeds")
+      ax.plot(xs, [p[2] for p in pts], "x--", label="max over seeds and rates")
+      ax.set_xscale("log", base=2)
+      ax.set_xticks(xs, [str(x) for x in xs])
+    ax.set(xlabel="maximum position L", ylabel="unseen-length accuracy (%)", title=task,
+           ylim=(0, 102))
+    ax.legend(fontsize=7, loc="lower left")
+  _save(plt, fig, os.path.join(out_dir, "figure3.png"))
+  return {"kind": "figure3", "tasks": tasks, "values": values, "table": md, "text": md}
+
+
+# Figure 2: accuracy against training time (configs/figure2.py).
+
+FIGURE2_THRESHOLDS = (60.0, 70.0, 80.0, 90.0)
+
+
+def _per_model(value, count: int) -> list:
+  """A metrics value as a list over the grid's models (a single model's is a scalar)."""
+  return list(value) if isinstance(value, list) else [value] * count
+
+
+def figure2_curve(sweep_dir: str, task: str, name: str, result: dict) -> dict | None:
+  """The job's evaluations during training at the learning rate with the best final mean:
+  {"seconds": [...], "mean": [...], "std": [...], "seeds": n, "steps_per_second": median
+  over log intervals but the first (which compiles)}; None without such records."""
+  path = os.path.join(sweep_dir, task, name, "metrics.jsonl")
+  try:
+    records = io_utils.read_jsonl(path) if os.path.exists(path) else []
+  except io_utils.CorruptFileError as e:
+    print(f"warning: {e}; left out of the report", file=sys.stderr)
+    return None
+  evaluations = [r for r in records if "evaluation" in r and "train_seconds" in r]
+  if not evaluations:
+    return None
+  models = result["models"]
+  accuracy = np.asarray([_per_model(r["evaluation"]["mean"], len(models))
+                         for r in evaluations], np.float64) * 100  # [E, M]
+  rates = sorted({m["learning_rate"] for m in models})
+  best = max(rates, key=lambda rate: np.mean(
+      [accuracy[-1, i] for i, m in enumerate(models) if m["learning_rate"] == rate]))
+  columns = [i for i, m in enumerate(models) if m["learning_rate"] == best]
+  logs = [r for r in records if "evaluation" not in r and "steps_per_second" in r]
+  return {"seconds": [r["train_seconds"] for r in evaluations],
+          "mean": accuracy[:, columns].mean(axis=1).tolist(),
+          "std": accuracy[:, columns].std(axis=1).tolist(), "seeds": len(columns),
+          "learning_rate": best,
+          "steps_per_second": float(np.median([r["steps_per_second"] for r in logs[1:]]))
+                              if len(logs) > 1 else None,
+          "training_lengths": result.get("training_lengths")}
+
+
+def first_reaching(curve: dict, threshold: float) -> float | None:
+  """Training seconds of the first evaluation whose mean accuracy is >= threshold."""
+  for seconds, mean in zip(curve["seconds"], curve["mean"]):
+    if mean >= threshold:
+      return seconds
+  return None
+
+
+def write_figure2_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
+  paper = load_paper()
+  published = paper["efficiency_fig2"]
+  curves = {}
+  for (task, name), result in sorted(results.items()):
+    curve = figure2_curve(sweep_dir, task, name, result)
+    if curve is None:
+      print(f"warning: {task}/{name} has no evaluations during training "
+            "(evaluation.every_steps); left out", file=sys.stderr)
+      continue
+    curves[task, name] = curve
+  lines = ["## Figure 2: accuracy on the test lengths against training time", "",
+           "Mean accuracy (%) over the evaluated lengths, mean ± std over seeds at the best "
+           "learning rate; seconds of training (compiling included, evaluation excluded). "
+           f"{MISSING}: not reached. Paper ({published['task']}, {published['gpu']}): "
+           f"randomized relative N=40 {published['randomized_relative_N40_steps_per_s']} "
+           f"steps/s, relative N=500 {published['relative_N500_steps_per_s']} steps/s, "
+           f"above 90% {published['speedup_to_90_percent']}x sooner.", "",
+           "| task | model | training lengths | steps/s | final accuracy | "
+           + " | ".join(f"s to {t:.0f}%" for t in FIGURE2_THRESHOLDS) + " |",
+           "|---|---|---|---:|---:|" + "---:|" * len(FIGURE2_THRESHOLDS)]
+  rows = [["task", "model", "steps_per_second", "final_mean", "final_std",
+           *[f"seconds_to_{t:.0f}" for t in FIGURE2_THRESHOLDS]]]
+  for (task, name), c in curves.items():
+    reach = [first_reaching(c, t) for t in FIGURE2_THRESHOLDS]
+    lengths = c["training_lengths"] and f"{c['training_lengths'][0]}..{c['training_lengths'][1]}"
+    sps = MISSING if c["steps_per_second"] is None else f"{c['steps_per_second']:.1f}"
+    lines.append(f"| {task} | {name} | {lengths} | {sps} | "
+                 f"{c['mean'][-1]:.1f} ± {c['std'][-1]:.1f} | "
+                 + " | ".join(MISSING if r is None else f"{r:.0f}" for r in reach) + " |")
+    rows.append([task, name, c["steps_per_second"], c["mean"][-1], c["std"][-1], *reach])
+  # Speed-ups: for each task with a randomized and a classic curve, the ratio of the
+  # seconds each needs to reach each threshold both reach.
+  speedups = {}
+  for task in sorted({t for t, _ in curves}):
+    names = [n for t, n in curves if t == task]
+    rand = [n for n in names if n.startswith("randomized_")]
+    plain = [n for n in names if not n.startswith("randomized_")]
+    if len(rand) == 1 and len(plain) == 1:
+      for t in FIGURE2_THRESHOLDS:
+        a, b = first_reaching(curves[task, rand[0]], t), first_reaching(curves[task, plain[0]], t)
+        if a and b:
+          speedups.setdefault(task, {})[t] = b / a
+  for task, by_threshold in speedups.items():
+    lines.append("")
+    lines.append(f"{task}: the randomized model reaches "
+                 + ", ".join(f"{t:.0f}% {r:.1f}x sooner" for t, r in by_threshold.items())
+                 + f" (paper: 90% {published['speedup_to_90_percent']}x sooner)")
+  md = "\n".join(lines)
+  _write_both(out_dir, "figure2", md, rows)
+  tasks = sorted({t for t, _ in curves})
+  plt, fig, axes = _figure(6, 4, max(1, len(tasks)))
+  for ax, task in zip(axes, tasks):
+    for (t, name), c in curves.items():
+      if t != task:
+        continue
+      mean, std = np.asarray(c["mean"]), np.asarray(c["std"])
+      line, = ax.plot(c["seconds"], mean, marker=".", label=f"{name} ({c['seeds']} seeds)")
+      ax.fill_between(c["seconds"], mean - std, mean + std, color=line.get_color(),
+                      alpha=0.15, linewidth=0)
+    ax.set(xlabel="training time (s)", ylabel="accuracy on the test lengths (%)",
+           title=task, ylim=(0, 102))
+    ax.legend(fontsize=7, loc="lower right")
+  _save(plt, fig, os.path.join(out_dir, "figure2.png"))
+  return {"kind": "figure2", "curves": curves, "speedups": speedups, "table": md,
+          "text": md}
+
+
+def write_paper_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
+  """Table 1, Table 4, the headline, Table 2 (hours) and a figure per task."""
   paper = load_paper()
   tasks, encodings, t1, t4 = build_tables(results, paper)
   head = headline(tasks, encodings, t1)
@@ -350,10 +647,73 @@ def write_report(sweep_dir: str, out_dir: str | None = None, kind: str = "auto")
   io_utils.atomic_write_text(os.path.join(out_dir, "table4.csv"),
                              csv_table(tasks, encodings, t4, pair=True))
   io_utils.write_json(os.path.join(out_dir, "headline.json"), head)
+  t2 = table2_cells(results, tasks, encodings, paper)
+  t2_md = table2_markdown(tasks, encodings, t2)
+  io_utils.atomic_write_text(os.path.join(out_dir, "table2.md"), t2_md + "\n")
+  io_utils.atomic_write_text(os.path.join(out_dir, "table2.csv"),
+                             table2_csv(tasks, encodings, t2))
   for task in tasks:
     plot_task(task, results, encodings, os.path.join(out_dir, "figures", f"{task}.png"))
+  text = t1_md
+  ours = head["ours"]
+  if ours["average_gain_points"] is not None:
+    text += (f"\n\nheadline: best randomized minus best classic encoding, averaged over "
+             f"{ours['tasks_counted']} tasks: {ours['average_gain_points']:+.1f} points "
+             f"(paper, same cells: {head['paper_same_cells']['average_gain_points']:+.1f}; "
+             f"paper, all 15 tasks: +{paper['headline']['average_gain_points']})")
   return {"kind": "paper", "tasks": tasks, "encodings": encodings, "table1": t1_md,
-          "table4": t4_md, "headline": head, "out_dir": out_dir}
+          "table4": t4_md, "table2": t2_md, "headline": head, "text": text}
+
+
+def _variants_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
+  report = write_variant_report(sweep_dir, results, sweep_variants(sweep_dir, results),
+                                out_dir)
+  return {**report, "text": report["table"]}
+
+
+# Report kinds: name -> (sweep_dir, results, out_dir) -> {"kind", "text", ...}. A sweep
+# config names its kind in `sweep.report`; the paper's and the variants report are the
+# defaults (`_declared_kind`).
+REPORTS = {
+    "paper": write_paper_report,
+    "variants": _variants_report,
+    "table3": lambda sweep_dir, results, out_dir: write_table3_report(results, out_dir),
+    "figure3": lambda sweep_dir, results, out_dir: write_figure3_report(
+        sweep_dir, results, out_dir),
+    "figure2": lambda sweep_dir, results, out_dir: write_figure2_report(
+        sweep_dir, results, out_dir),
+}
+KINDS = ("auto",) + tuple(REPORTS)
+
+
+def _declared_kind(sweep_dir: str, results: dict) -> str:
+  """The jobs' `sweep.report`; else "variants" if they name variants, else "paper"."""
+  for task, name in results:
+    try:
+      stored = stored_job_config(sweep_dir, task, name) or {}
+    except io_utils.CorruptFileError:
+      continue
+    declared = (stored.get("sweep") or {}).get("report")
+    if declared in REPORTS:
+      return declared
+  return "paper" if sweep_variants(sweep_dir, results) is None else "variants"
+
+
+def write_report(sweep_dir: str, out_dir: str | None = None, kind: str = "auto") -> dict:
+  """Writes every file of the report `kind` (REPORTS, or "auto": `_declared_kind`);
+  returns its tables, its kind, the text to print and out_dir."""
+  if kind not in KINDS:
+    raise ValueError(f"unknown report kind {kind!r}; valid choices: {', '.join(KINDS)}")
+  if not os.path.isdir(sweep_dir):
+    raise ValueError(f"no sweep folder at {sweep_dir}")
+  results = load_sweep(sweep_dir)
+  if not results:
+    raise ValueError(f"no finished job (eval.json) under {sweep_dir}")
+  out_dir = out_dir or os.path.join(sweep_dir, "report")
+  if kind == "auto":
+    kind = _declared_kind(sweep_dir, results)
+  os.makedirs(os.path.join(out_dir, "figures"), exist_ok=True)
+  return {**REPORTS[kind](sweep_dir, results, out_dir), "out_dir": out_dir}
 
 
 def main(argv):
@@ -364,17 +724,7 @@ def main(argv):
     report = write_report(_SWEEP_DIR.value, _OUT_DIR.value, _KIND.value)
   except ValueError as e:
     cli.fail(cli.one_line(e))
-  if report["kind"] == "variants":
-    print(report["table"])
-    print(f"\nwritten to {report['out_dir']}")
-    return
-  print(report["table1"])
-  ours = report["headline"]["ours"]
-  if ours["average_gain_points"] is not None:
-    print(f"\nheadline: best randomized minus best classic encoding, averaged over "
-          f"{ours['tasks_counted']} tasks: {ours['average_gain_points']:+.1f} points "
-          f"(paper, same cells: {report['headline']['paper_same_cells']['average_gain_points']:+.1f}; "
-          f"paper, all 15 tasks: +{report['headline']['paper_published']['average_gain_points']})")
+  print(report["text"])
   print(f"\nwritten to {report['out_dir']}")
 
 
@@ -385,6 +735,7 @@ if __name__ == "__main__":
 
   _SWEEP_DIR = flags.DEFINE_string("sweep_dir", None, "Sweep folder.", required=True)
   _OUT_DIR = flags.DEFINE_string("out_dir", None, "Output folder (default SWEEP_DIR/report).")
-  _KIND = flags.DEFINE_enum("kind", "auto", KINDS, "Which report: the paper's tables, the "
-                            "variants table, or auto (variants if the sweep has them).")
+  _KIND = flags.DEFINE_enum("kind", "auto", KINDS, "Which report: auto (the sweep config's "
+                            "sweep.report, else variants if the sweep has them, else paper), "
+                            "or one of the kinds by name.")
   cli.run(main)

@@ -62,6 +62,8 @@ RULES = {
     "evaluation.seed": int32(),
     "evaluation.max_buckets": at_least(1),
     "evaluation.max_logits": at_least(1),
+    "evaluation.every_steps": at_least(0),  # 0: only at the end.
+    "evaluation.periodic_batch_size": at_least(0),  # 0: evaluation.batch_size.
     "grid.seeds": each(int32()),
     "grid.learning_rates": each(positive()),
 }

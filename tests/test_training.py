@@ -71,12 +71,19 @@ def test_entry_point_smoke(tmp_path):
 def test_resume_equals_uninterrupted_run(tmp_path):
   # Checkpoints at 2, 4, 6; log records at 3 and 6: the resume at step 4 is inside a log
   # interval, whose record must still average steps 4-6 as the uninterrupted run's does.
-  straight = tiny_config(steps=6, log_every=3)
-  loop.train_and_evaluate(straight, str(tmp_path / "straight"))
-  first = tiny_config(steps=4, log_every=3)  # Stops after the checkpoint of step 4.
+  # Evaluation during training at 3 and 6 (Figure 2's records), with the same programs
+  # and batches as the final one.
+  def config(steps):
+    c = tiny_config(steps=steps, log_every=3)
+    c.evaluation.every_steps = 3
+    return c
+
+  straight = config(6)
+  final = loop.train_and_evaluate(straight, str(tmp_path / "straight"))
+  first = config(4)  # Stops after the checkpoint of step 4.
   loop.train_and_evaluate(first, str(tmp_path / "resumed"))
-  second = tiny_config(steps=6, log_every=3)
-  loop.train_and_evaluate(second, str(tmp_path / "resumed"))
+  second = config(6)
+  resumed_final = loop.train_and_evaluate(second, str(tmp_path / "resumed"))
   a = loop.restore_state(str(tmp_path / "straight"), straight)
   b = loop.restore_state(str(tmp_path / "resumed"), second)
   assert a.step.tolist() == b.step.tolist() == [6]  # Stacked: one model.
@@ -84,10 +91,21 @@ def test_resume_equals_uninterrupted_run(tmp_path):
   np.testing.assert_array_equal(_flat(a.opt_state), _flat(b.opt_state))
   ra = [json.loads(l) for l in open(tmp_path / "straight" / "metrics.jsonl")]
   rb = [json.loads(l) for l in open(tmp_path / "resumed" / "metrics.jsonl")]
-  assert [r["step"] for r in ra] == [r["step"] for r in rb] == [3, 6]
+  assert [(r["step"], "evaluation" in r) for r in ra] == [
+      (3, False), (3, True), (6, False), (6, True)]
+  assert [(r["step"], "evaluation" in r) for r in rb] == [(r["step"], "evaluation" in r) for r in ra]
+  seconds = [r["train_seconds"] for r in ra if "evaluation" in r] + [final["train_seconds"]]
+  assert 0 < seconds[0] < seconds[1] <= seconds[2]
+  assert 0 < resumed_final["train_seconds"]
   for x, y in zip(ra, rb):  # Record for record, all but the timing.
-    del x["steps_per_second"], y["steps_per_second"]
+    for timing in ("steps_per_second", "train_seconds"):
+      x.pop(timing, None), y.pop(timing, None)
     assert x == y
+  # The evaluation during training at the last step is the final evaluation.
+  last = ra[-1]["evaluation"]
+  assert last["lengths"] == final["lengths"] and last["accuracy"] == final["accuracy"]
+  assert last["unseen"] == final["scores"]["unseen"]
+  assert last["mean"] == pytest.approx(np.mean(final["accuracy"]), abs=1e-12)
 
 
 def _per_length_reference(model, task, params, lengths, batch_size, seed):

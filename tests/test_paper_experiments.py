@@ -1,0 +1,231 @@
+"""Issue 15 part 1: the configs of Table 3, Figure 3 and Figure 2, Table 2's times, and
+their report sections."""
+import csv
+import json
+import os
+
+import ml_collections
+import numpy as np
+import pytest
+
+from configs import figure2
+from configs import figure3
+from configs import table3
+from experiments import report
+from experiments import sweep
+from experiments import validation
+
+CONFIGS = {"table3": table3, "figure3": figure3, "figure2": figure2}
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_configs_resolve_at_both_scales_and_every_job_validates(name, tmp_path):
+  module = CONFIGS[name]
+  for scale in ("small", "full"):
+    config = module.get_config(f"scale={scale}")
+    assert config.sweep.report == name
+    jobs = sweep.make_jobs(config, str(tmp_path / scale))  # Validates every job.
+    for job in jobs:
+      validation.validate(ml_collections.ConfigDict(job.config))
+    if scale == "full":  # The paper's protocol.
+      c = jobs[0].config
+      assert (c["training"]["steps"], c["evaluation"]["max_length"], c["model"]["num_layers"],
+              c["model"]["compat"]) == (2_000_000, 500, 5, "release")
+  with pytest.raises(ValueError, match="unknown scale"):
+    module.get_config("scale=huge")
+  assert not os.path.exists(tmp_path / "small")  # Listing jobs writes nothing.
+
+
+def test_what_each_config_varies(tmp_path):
+  by_name = {j.name: j.config for j in sweep.make_jobs(table3.get_config(), str(tmp_path))}
+  assert len(by_name) == 30
+  for name, c in by_name.items():
+    assert c["model"]["pe"] == "randomized_sin_cos"
+    assert c["training"]["positions"] == ("unsorted" if name.endswith("/unsorted") else "")
+  jobs = sweep.make_jobs(figure3.get_config(), str(tmp_path))
+  assert sorted({j.config["model"]["max_position"] for j in jobs}) == [1024, 2048, 4096, 8192]
+  assert {j.task for j in jobs} == {"reverse_string", "missing_duplicate_string"}
+  assert {j.config["model"]["pe"] for j in jobs} == {"randomized_relative"}
+  small = sweep.make_jobs(figure3.get_config("scale=small"), str(tmp_path))
+  assert min(j.config["model"]["max_position"] for j in small) == 64
+  jobs = {j.variant: j.config for j in sweep.make_jobs(figure2.get_config(), str(tmp_path))}
+  assert {n: (c["model"]["pe"], c["training"]["max_length"], c["evaluation"]["min_length"])
+          for n, c in jobs.items()} == {
+              "randomized_relative_N40": ("randomized_relative", 40, 41),
+              "relative_N500": ("relative", 500, 41)}
+  assert all(c["evaluation"]["every_steps"] > 0 for c in jobs.values())
+
+
+def _shrink(config, steps=1, seeds=(0,)):
+  config.grid.seeds = seeds
+  config.sweep.tasks = ("reverse_string",)  # One task: its data programs are shared.
+  config.model.update(num_layers=1, num_heads=2, d_model=16, max_position=64)
+  config.training.update(steps=steps, max_length=3, log_every=1, checkpoint_every=steps,
+                         batch_size=8, max_programs=1)
+  config.evaluation.update(min_length=1, max_length=5, batch_size=8, max_buckets=1)
+  return config
+
+
+def test_each_config_runs_a_step_and_reports(tmp_path):
+  # Table 3's unsorted variant (sorted is the plain randomized_sin_cos), Figure 3 at one
+  # L, and Figure 2's two models, two seeds each, evaluated during training at steps 1, 2.
+  c = _shrink(table3.get_config("scale=small"))
+  c.sweep.variants = tuple(v for v in c.sweep.variants if v[0] == "unsorted")
+  c3 = _shrink(figure3.get_config("scale=small"))
+  c3.sweep.variants = figure3.variants((64,))
+  c2 = _shrink(figure2.get_config("scale=small"), steps=2, seeds=(0, 1))
+  c2.sweep.variants = figure2.variants(2, 3)
+  c2.evaluation.update(min_length=3, every_steps=1, periodic_batch_size=4)
+  for name, config in (("table3", c), ("figure3", c3), ("figure2", c2)):
+    sweep_dir = str(tmp_path / name)
+    progress = sweep.run_sweep(config, sweep_dir)
+    assert progress.done == len(sweep.make_jobs(config, sweep_dir)) and not progress.failed
+    out = report.write_report(sweep_dir)
+    assert out["kind"] == name
+    for job in sweep.make_jobs(config, sweep_dir):
+      result = json.load(open(os.path.join(job.workdir, "eval.json")))
+      assert result["train_seconds"] > 0
+  assert os.path.exists(tmp_path / "figure2" / "report" / "figure2.png")
+  records = [json.loads(l) for l in open(
+      tmp_path / "figure2" / "reverse_string" / "relative_N3" / "metrics.jsonl")]
+  evaluations = [r for r in records if "evaluation" in r]
+  assert [r["step"] for r in evaluations] == [1, 2]
+  assert evaluations[0]["evaluation"]["lengths"] == [3, 4, 5]
+  assert len(evaluations[0]["evaluation"]["mean"]) == 2  # One value per model.
+
+
+# --------------------------------------------------------------------------
+# The report sections from fixture runs, some cells missing.
+
+
+def _model(seed, rate, unseen, per_length):
+  return {"seed": seed, "learning_rate": rate, "accuracy": list(per_length), "diverged": False,
+          "scores": {"train_range": 1.0, "unseen": unseen}}
+
+
+def _job(sweep_dir, task, name, models, config=None, metrics=None, **extra):
+  folder = sweep_dir / task / name
+  os.makedirs(folder)
+  result = {"task": task, "lengths": [1, 2, 3, 4], "training_lengths": [1, 2],
+            "models": models, "step": 10, **extra}
+  (folder / "eval.json").write_text(json.dumps(result))
+  if config is not None:
+    (folder / "config.json").write_text(json.dumps(config))
+  if metrics is not None:
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in metrics))
+
+
+def _table(md):
+  return [[c.strip() for c in line.split("|")[1:-1]] for line in md.splitlines()
+          if line.startswith("| ") and not line.startswith("|---")]
+
+
+def test_table3_report(tmp_path):
+  sweep_dir = tmp_path / "sweep"
+  config = table3.get_config("scale=small").to_dict()
+  curve = lambda u: [1.0, 1.0, u, u]  # pylint: disable=unnecessary-lambda-assignment
+  _job(sweep_dir, "reverse_string", "sorted", [_model(0, 1e-3, 0.8, curve(0.8)),
+                                               _model(1, 1e-3, 0.9, curve(0.9))], config)
+  _job(sweep_dir, "reverse_string", "unsorted", [_model(0, 1e-3, 0.5, curve(0.5)),
+                                                 _model(1, 1e-3, 0.6, curve(0.6))], config)
+  _job(sweep_dir, "even_pairs", "sorted", [_model(0, 1e-3, 1.0, curve(1.0))], config)
+  out = report.write_report(str(sweep_dir))  # auto: the config's sweep.report.
+  assert out["kind"] == "table3"
+  paper = report.load_paper()
+  rows = _table(out["table"])
+  assert rows[0] == ["task", "sorted", "unsorted"]
+  t1 = paper["table1_max_over_seeds_and_lrs"]
+  t3 = paper["table3_randomized_sin_cos_unsorted"]
+  assert rows[1] == ["even_pairs", f"100.0 ({t1['even_pairs']['randomized_sin_cos']:.1f})",
+                     f"– ({t3['even_pairs']:.1f})"]
+  assert rows[2] == ["reverse_string",
+                     f"90.0 ({t1['reverse_string']['randomized_sin_cos']:.1f})",
+                     f"60.0 ({t3['reverse_string']:.1f})"]
+  # Only reverse_string has both cells: 90 - 60.
+  assert out["gains"]["ours"] == pytest.approx(30.0)
+  assert out["gains"]["paper_same_tasks"] == pytest.approx(
+      t1["reverse_string"]["randomized_sin_cos"] - t3["reverse_string"])
+  rows = list(csv.reader(open(os.path.join(out["out_dir"], "table3.csv"))))
+  assert ["even_pairs", "unsorted", "", f"{t3['even_pairs']:.2f}"] in rows
+  assert os.path.getsize(os.path.join(out["out_dir"], "figures", "reverse_string.png")) > 1000
+
+
+def test_figure3_report_reads_L_from_each_job(tmp_path):
+  sweep_dir = tmp_path / "sweep"
+  base = figure3.get_config("scale=small").to_dict()
+  def config(value):
+    c = json.loads(json.dumps(base))
+    c["model"]["max_position"] = value
+    return c
+  curve = [1.0, 1.0, 0.7, 0.7]
+  _job(sweep_dir, "reverse_string", "L64", [_model(0, 1e-3, 0.6, curve),
+                                            _model(1, 1e-3, 0.8, curve)], config(64))
+  _job(sweep_dir, "reverse_string", "L128", [_model(0, 1e-3, 0.5, curve)], config(128))
+  _job(sweep_dir, "missing_duplicate_string", "L128", [_model(0, 1e-3, 0.9, curve)],
+       config(128))
+  out = report.write_report(str(sweep_dir))
+  assert out["kind"] == "figure3" and out["values"] == [64, 128]
+  rows = _table(out["table"])
+  assert rows[0] == ["task", "L = 64", "L = 128"]
+  assert rows[1] == ["reverse_string", "70.0 ± 10.0 (80.0)", "50.0 ± 0.0 (50.0)"]
+  assert rows[2] == ["missing_duplicate_string", "–", "90.0 ± 0.0 (90.0)"]
+  png = os.path.join(out["out_dir"], "figure3.png")
+  assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_figure2_report_curves_thresholds_and_speedup(tmp_path):
+  sweep_dir = tmp_path / "sweep"
+  config = figure2.get_config("scale=small").to_dict()
+  def metrics(seconds, means, steps_per_second):
+    logs = [{"step": 1, "loss": [1.0, 1.0], "steps_per_second": 1.0}]  # Compiling.
+    logs += [{"step": 2 + i, "loss": [1.0, 1.0], "steps_per_second": s}
+             for i, s in enumerate(steps_per_second)]
+    evals = [{"step": 10 * (i + 1), "train_seconds": s,
+              "evaluation": {"mean": m, "lengths": [3, 4]}} for i, (s, m) in
+             enumerate(zip(seconds, means))]
+    return logs + evals
+  models = [_model(0, 1e-3, 0.9, [1, 1, 1, 1]), _model(1, 1e-3, 0.9, [1, 1, 1, 1])]
+  # Randomized: the seed mean reaches 60% at 10 s, 90% at 20 s.
+  _job(sweep_dir, "missing_duplicate_string", "randomized_relative_N8", models, config,
+       metrics([10, 20], [[0.6, 0.6], [0.9, 0.92]], [50.0, 60.0, 70.0]), train_seconds=25.0)
+  # Classic: 60% at 40 s, never 90%.
+  _job(sweep_dir, "missing_duplicate_string", "relative_N24", models, config,
+       metrics([20, 40], [[0.5, 0.5], [0.7, 0.5]], [10.0]), train_seconds=45.0)
+  # A job without evaluations during training is left out with a warning.
+  _job(sweep_dir, "reverse_string", "relative_N24", models, config, [])
+  out = report.write_report(str(sweep_dir))
+  assert out["kind"] == "figure2"
+  assert set(out["curves"]) == {("missing_duplicate_string", "randomized_relative_N8"),
+                                ("missing_duplicate_string", "relative_N24")}
+  rand = out["curves"]["missing_duplicate_string", "randomized_relative_N8"]
+  assert rand["seconds"] == [10, 20] and rand["seeds"] == 2
+  np.testing.assert_allclose(rand["mean"], [60.0, 91.0])
+  assert rand["steps_per_second"] == 60.0  # Median of the intervals after the first.
+  assert report.first_reaching(rand, 90.0) == 20 and report.first_reaching(rand, 95.0) is None
+  assert out["speedups"] == {"missing_duplicate_string": {60.0: 4.0}}
+  rows = _table(out["table"])
+  assert rows[1][:5] == ["missing_duplicate_string", "randomized_relative_N8", "1..2", "60.0",
+                         "91.0 ± 1.0"]
+  assert rows[1][5:] == ["10", "20", "20", "20"]
+  assert rows[2][5:] == ["40", "–", "–", "–"]
+  assert "60% 4.0x sooner" in out["table"]
+  assert os.path.getsize(os.path.join(out["out_dir"], "figure2.png")) > 1000
+
+
+def test_table2_hours_beside_the_paper(tmp_path):
+  sweep_dir = tmp_path / "sweep"
+  curve = [1.0, 1.0, 0.5, 0.5]
+  _job(sweep_dir, "reverse_string", "relative", [_model(0, 1e-3, 0.5, curve),
+                                                 _model(1, 1e-3, 0.5, curve)],
+       train_seconds=1800.0)
+  _job(sweep_dir, "reverse_string", "randomized_relative", [_model(0, 1e-3, 0.5, curve)])
+  out = report.write_report(str(sweep_dir))  # No config.json: the paper's tables.
+  assert out["kind"] == "paper"
+  published = report.load_paper()["table2_running_hours_mean_std"]["hours"]["reverse_string"]
+  assert published["relative"] == [2.61, 0.39]
+  rows = _table(out["table2"])
+  assert rows[0] == ["task", "relative", "randomized_relative"]
+  assert rows[1] == ["reverse_string", "0.5 [2] (2.61 ± 0.39)", "– (2.75 ± 0.41)"]
+  rows = list(csv.reader(open(os.path.join(out["out_dir"], "table2.csv"))))
+  assert rows[1] == ["reverse_string", "relative", "0.5000", "2", "2.61", "0.39"]
+  assert rows[2] == ["reverse_string", "randomized_relative", "", "", "2.75", "0.41"]
