@@ -27,6 +27,8 @@ Experiments of the paper's appendix name their report in the sweep config
              against the maximum position L
   figure2    (configs/figure2.py) figure2.md, figure2.png: accuracy on the test lengths
              against training seconds, from the evaluations during training
+  ito        (--kind=ito, a folder of Latin-square runs) Ito et al.'s Tables 1-6 beside
+             ours, as python -m experiments.ito_report writes them
 --kind=auto (default) takes the jobs' `sweep.report`, else the variants report when
 they name variants, else the paper's tables; --kind=KIND forces one.
 A missing job (an unfinished sweep) is shown as a missing cell, never as zero.
@@ -682,7 +684,14 @@ REPORTS = {
         sweep_dir, results, out_dir),
     "figure2": lambda sweep_dir, results, out_dir: write_figure2_report(
         sweep_dir, results, out_dir),
+    "ito": lambda sweep_dir, results, out_dir: _ito_report(sweep_dir, results, out_dir),
 }
+
+
+def _ito_report(sweep_dir, results, out_dir):
+  """Ito et al.'s Tables 1-6 for a folder of Latin-square runs (experiments/ito_report.py)."""
+  from experiments import ito_report  # pylint: disable=import-outside-toplevel
+  return ito_report.report_kind(sweep_dir, results, out_dir)
 KINDS = ("auto",) + tuple(REPORTS)
 
 

@@ -195,8 +195,17 @@ def is_finished(job: Job) -> bool:
   return job_status(job)[0]
 
 
+def _model_scores(model: dict) -> dict:
+  """The scores of one model of an eval.json record: a generated task's `scores`
+  (training range, unseen lengths), or a dataset's overall accuracy per split."""
+  if "scores" in model:
+    return model["scores"]
+  return {split: by_group.get("overall") for split, by_group in model["accuracy"].items()}
+
+
 def run_job(config_dict: dict, workdir: str) -> dict:
-  """Trains and evaluates one job (resuming from its checkpoints); returns its scores."""
+  """Trains and evaluates one job (resuming from its checkpoints); returns its scores,
+  one dict per model (`_model_scores`)."""
   from experiments import compile_cache  # pylint: disable=import-outside-toplevel
   from experiments import loop  # pylint: disable=import-outside-toplevel
 
@@ -205,7 +214,7 @@ def run_job(config_dict: dict, workdir: str) -> dict:
   compile_cache.enable(config.get("compilation_cache", ""))  # Also on Ray workers.
   result = loop.train_and_evaluate(config, workdir)
   return {"job": f"{config.task}/{config.model.pe}",
-          "unseen": [m["scores"]["unseen"] for m in result["models"]]}
+          "scores": [_model_scores(m) for m in result["models"]]}
 
 
 def _error_kind(error: BaseException) -> tuple[str, int]:

@@ -72,7 +72,8 @@ def main(argv):
           checkpoints.StorageError, OSError) as e:
     cli.fail(cli.one_line(e), cli.EXIT_FAILED)
   print(results.summary_table(result))
-  print(f"per-length accuracies: {os.path.join(workdir, 'eval.json')}")
+  kind = "accuracies per split and group" if "splits" in result else "per-length accuracies"
+  print(f"{kind}: {os.path.join(workdir, 'eval.json')}")
   print(compile_cache.summary())
 
 

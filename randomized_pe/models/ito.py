@@ -686,6 +686,12 @@ class ItoModel:
                                  return_attention=True)
     return weights
 
+  def logits_and_attention(self, params, key, tokens, positions=None, *, is_training=False):
+    """(logits [B, T, C], attention probabilities [N, B, H, T, T]) of one forward pass
+    (for the analyses: `experiments.ito_analysis`); the logits are `apply`'s."""
+    return self._net.apply(params, key, tokens, positions, is_training=is_training,
+                           return_attention=True)
+
   def position_terms(self, params, positions=None) -> jax.Array:
     """The additive term of every block, [N, T, M] (zeros for attention encodings)."""
     config, encoding = self.config, self.config.encoding
