@@ -27,6 +27,8 @@ Experiments of the paper's appendix name their report in the sweep config
              against the maximum position L
   figure2    (configs/figure2.py) figure2.md, figure2.png: accuracy on the test lengths
              against training seconds, from the evaluations during training
+  table5     (configs/table5.py) table5.md: geometric attention, max and mean ± std,
+             beside the paper's Table 5 and the best of its Tables 1 and 4
   ito        (--kind=ito, a folder of Latin-square runs) Ito et al.'s Tables 1-6 beside
              ours, as python -m experiments.ito_report writes them
 --kind=auto (default) takes the jobs' `sweep.report`, else the variants report when
@@ -631,6 +633,53 @@ def write_figure2_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
           "text": md}
 
 
+# Table 5: geometric attention with directional encoding (configs/table5.py).
+
+
+def write_table5_report(results: dict, out_dir: str) -> dict:
+  """Per task and encoding of the sweep, the max over seeds and learning rates and the
+  mean ± std over seeds at the best learning rate; beside them the paper's Table 5
+  ("Geometric": its max and mean ± std) for `geometric`, and for every encoding the best
+  of the paper's Table 1 (max) and Table 4 (mean ± std) over all its encodings."""
+  paper = load_paper()
+  published = paper["table5_geometric_attention"]
+  tasks = _ordered({t for t, _ in results}, list(paper["task_levels"]))
+  encodings = _ordered({p for _, p in results}, ["geometric", "randomized_geometric"])
+  best_max = {t: max(row.values()) for t, row in paper["table1_max_over_seeds_and_lrs"].items()}
+  best_mean = {t: max(((v["mean"], v["std"]) for v in row.values()), key=lambda x: x[0])
+               for t, row in paper["table4_mean_std_over_seeds_best_lr"].items()}
+  header = ["task"]
+  for pe in encodings:
+    header += [f"{pe} max", f"{pe} mean ± std"]
+  header += ["paper Table 1 best max", "paper Table 4 best mean ± std"]
+  lines = ["## Table 5: geometric attention with directional encoding", "",
+           "Cells: ours (paper's Geometric column, for `geometric`). Accuracy in % averaged "
+           "over the unseen test lengths: the max over seeds and learning rates, and the "
+           f"mean ± std over seeds at the best learning rate. {MISSING}: a job not (yet) "
+           "finished, or a cell the paper lacks.", "",
+           "| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+  rows = [["task", "encoding", "max", "mean", "std", "paper_max", "paper_mean", "paper_std"]]
+  for task in tasks:
+    cells = []
+    for pe in encodings:
+      result = results.get((task, pe))
+      top = table1_value(result) if result else None
+      pair = table4_value(result) if result else None
+      ref = published.get(task) if pe == "geometric" else None
+      cells.append(_fmt(top, ref and ref["max"]))
+      cells.append(_fmt(pair, ref and (ref["mean"], ref["std"]), pair=True))
+      rows.append([task, pe, top, *(pair or (None, None)),
+                   *((ref["max"], ref["mean"], ref["std"]) if ref else (None,) * 3)])
+    cells.append(MISSING if task not in best_max else f"{best_max[task]:.1f}")
+    cells.append(_pair_text(best_mean.get(task)))
+    lines.append(f"| {task} | " + " | ".join(cells) + " |")
+  md = "\n".join(lines)
+  _write_both(out_dir, "table5", md, rows)
+  for task in tasks:
+    plot_task(task, results, encodings, os.path.join(out_dir, "figures", f"{task}.png"))
+  return {"kind": "table5", "tasks": tasks, "encodings": encodings, "table": md, "text": md}
+
+
 def write_paper_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
   """Table 1, Table 4, the headline, Table 2 (hours) and a figure per task."""
   paper = load_paper()
@@ -684,6 +733,7 @@ REPORTS = {
         sweep_dir, results, out_dir),
     "figure2": lambda sweep_dir, results, out_dir: write_figure2_report(
         sweep_dir, results, out_dir),
+    "table5": lambda sweep_dir, results, out_dir: write_table5_report(results, out_dir),
     "ito": lambda sweep_dir, results, out_dir: _ito_report(sweep_dir, results, out_dir),
 }
 

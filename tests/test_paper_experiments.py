@@ -229,3 +229,29 @@ def test_table2_hours_beside_the_paper(tmp_path):
   rows = list(csv.reader(open(os.path.join(out["out_dir"], "table2.csv"))))
   assert rows[1] == ["reverse_string", "relative", "0.5000", "2", "2.61", "0.39"]
   assert rows[2] == ["reverse_string", "randomized_relative", "", "", "2.75", "0.41"]
+
+
+def test_table5_report(tmp_path):
+  sweep_dir = tmp_path / "sweep"
+  curve = [1.0, 1.0, 0.5, 0.5]
+  config = {"sweep": {"report": "table5"}}
+  _job(sweep_dir, "even_pairs", "geometric", [_model(0, 1e-3, 0.9, curve),
+                                              _model(1, 1e-3, 0.7, curve)], config)
+  _job(sweep_dir, "even_pairs", "randomized_geometric", [_model(0, 1e-3, 0.6, curve)], config)
+  _job(sweep_dir, "reverse_string", "randomized_geometric", [_model(0, 1e-3, 0.55, curve)],
+       config)
+  out = report.write_report(str(sweep_dir))
+  assert out["kind"] == "table5"
+  paper = report.load_paper()
+  ref = paper["table5_geometric_attention"]["even_pairs"]
+  rows = _table(out["table"])
+  assert rows[0][:5] == ["task", "geometric max", "geometric mean ± std",
+                         "randomized_geometric max", "randomized_geometric mean ± std"]
+  assert rows[1][:5] == ["even_pairs", f"90.0 ({ref['max']:.1f})",
+                         f"80.0 ± 10.0 ({ref['mean']:.1f} ± {ref['std']:.1f})",
+                         "60.0 (–)", "60.0 ± 0.0 (–)"]
+  best = max(paper["table1_max_over_seeds_and_lrs"]["even_pairs"].values())
+  assert rows[1][5] == f"{best:.1f}"
+  ref = paper["table5_geometric_attention"]["reverse_string"]
+  assert rows[2][1:3] == [f"– ({ref['max']:.1f})",
+                          f"– ({ref['mean']:.1f} ± {ref['std']:.1f})"]
