@@ -25,6 +25,12 @@ sequence of n keys are multiplied by log(n) / log(m) before the softmax, m a
 reference length (the longest training sequence), so that attention over more
 keys than in training is sharpened rather than spread out. `log_n_scale` gives
 the per-sequence factor; `attention` applies any per-row factor (`logit_scale`).
+
+Normalisation: softmax by default. A family may bring its own (`weights_fn`: logits and
+key mask -> weights [b, H, T, S]; geometric attention's stick-breaking,
+`randomized_pe.geometric`); `attention_weights` returns the explicit weights of either
+for analyses. A score_fn may also read the layer input at the query rows
+(`query_input`, split into chunks with the rows): NDR's directional encoding does.
 """
 
 from __future__ import annotations
@@ -41,7 +47,8 @@ CPU_CHUNK_ELEMENTS = 700_000
 
 _MASKED = jnp.finfo(jnp.float32).min
 
-ScoreFn = Callable[[jax.Array, jax.Array], jax.Array]
+ScoreFn = Callable[..., jax.Array]  # (q, k) or, with query_input, (q, k, query_input).
+WeightsFn = Callable[[jax.Array, Optional[jax.Array]], jax.Array]  # (logits, key_mask).
 
 
 def dot_scores(q: jax.Array, k: jax.Array) -> jax.Array:
@@ -77,8 +84,9 @@ def log_n_scale(num_keys: jax.Array, reference: int) -> jax.Array:
 
 def attention_logits(q: jax.Array, k: jax.Array, score_fn: ScoreFn = dot_scores,
                      bias: Optional[jax.Array] = None, logit_scale: Optional[jax.Array] = None,
-                     scale_bias: bool = False) -> jax.Array:
-  """The logits softmax sees: logit_scale * score_fn(q, k) + bias: [b, H, T, S].
+                     scale_bias: bool = False,
+                     query_input: Optional[jax.Array] = None) -> jax.Array:
+  """The logits softmax (or a family's weights_fn) sees: logit_scale * score_fn(q, k) + bias.
 
   Args:
     q: [b, T, H, D] queries; k: [b, S, H, D] keys.
@@ -90,8 +98,13 @@ def attention_logits(q: jax.Array, k: jax.Array, score_fn: ScoreFn = dot_scores,
       (log-n scaling). None leaves the logits as score_fn (+ bias) gives them: not
       even a multiplication by 1 is added.
     scale_bias: whether logit_scale also multiplies `bias`.
+    query_input: optional [b, T, M], the layer input at the query rows, passed to
+      score_fn as a third argument (for scorers that read it); None calls score_fn(q, k).
+
+  Returns:
+    [b, H, T, S].
   """
-  logits = score_fn(q, k)  # [b, H, T, S]
+  logits = score_fn(q, k) if query_input is None else score_fn(q, k, query_input)
   if logit_scale is None:
     return logits if bias is None else logits + bias[None]
   scale = logit_scale[:, None, None, None]
@@ -136,10 +149,36 @@ def softmax_attend(logits: jax.Array, v: jax.Array, key_mask=None) -> jax.Array:
   return out / jnp.transpose(total, (0, 2, 1))[..., None]
 
 
+def softmax_weights(logits: jax.Array, key_mask=None) -> jax.Array:
+  """softmax over the keys, masked keys excluded: [b, H, T, S] -> [b, H, T, S].
+
+  The weights `softmax_attend` applies (it normalises after the product instead).
+  """
+  if key_mask is not None:
+    logits = jnp.where(key_mask[:, None, None, :], logits, _MASKED)
+  return jax.nn.softmax(logits, axis=-1)
+
+
+def attention_weights(logits: jax.Array, key_mask=None,
+                      weights_fn: Optional[WeightsFn] = None) -> jax.Array:
+  """The explicit attention weights [b, H, T, S] of `attention_logits` output, for analyses.
+
+  Args:
+    logits: [b, H, T, S] (see `attention_logits`).
+    key_mask: optional bool [b, S]; False keys get no weight.
+    weights_fn: a family's normalisation (`randomized_pe.families.weights_fn`); None is
+      softmax.
+  """
+  if weights_fn is None:
+    return softmax_weights(logits, key_mask)
+  return weights_fn(logits, key_mask)
+
+
 def attention(q: jax.Array, k: jax.Array, v: jax.Array, score_fn: ScoreFn = dot_scores,
               key_mask=None, *, bias: Optional[jax.Array] = None,
               logit_scale: Optional[jax.Array] = None, scale_bias: bool = False,
-              chunk_rows: Optional[int] = None) -> jax.Array:
+              chunk_rows: Optional[int] = None, weights_fn: Optional[WeightsFn] = None,
+              query_input: Optional[jax.Array] = None) -> jax.Array:
   """softmax(attention_logits(q, k, ...)) @ v, computed `chunk_rows` batch rows at a time.
 
   Args:
@@ -152,6 +191,12 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, score_fn: ScoreFn = dot_
       into chunks with the rows; bias is shared by all rows).
     chunk_rows: batch rows per chunk; None picks `default_chunk_rows`. A value
       >= B computes the whole batch at once.
+    weights_fn: (logits [b, H, T, S], key_mask [b, S] or None) -> weights [b, H, T, S]
+      replacing the softmax (a family's own normalisation); None: softmax, computed
+      exactly as without the option. It may close over arrays that do not depend on
+      the batch, like score_fn.
+    query_input: optional [B, T, M], split into chunks with the rows and passed to
+      score_fn (see `attention_logits`).
 
   Returns:
     [B, T, H, D].
@@ -164,8 +209,11 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, score_fn: ScoreFn = dot_
 
   def one(rows):
     logits = attention_logits(rows["q"], rows["k"], score_fn, bias, rows.get("logit_scale"),
-                              scale_bias)
-    return softmax_attend(logits, rows["v"], rows.get("key_mask"))
+                              scale_bias, rows.get("query_input"))
+    if weights_fn is None:
+      return softmax_attend(logits, rows["v"], rows.get("key_mask"))
+    weights = weights_fn(logits, rows.get("key_mask"))  # [b, H, T, S]
+    return jnp.einsum("bhts,bshd->bthd", weights, rows["v"])
 
   # The arrays with one row per batch row, split into chunks together.
   inputs = {"q": q, "k": k, "v": v}
@@ -173,6 +221,8 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, score_fn: ScoreFn = dot_
     inputs["key_mask"] = key_mask
   if logit_scale is not None:
     inputs["logit_scale"] = logit_scale
+  if query_input is not None:
+    inputs["query_input"] = query_input
   if chunk_rows >= batch:
     return one(inputs)
 

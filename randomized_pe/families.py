@@ -15,6 +15,8 @@ functions, so the same families serve Haiku, Flax or plain JAX models.
   rope      attention   max_timescale       yes     yes       per layer
   alibi     attention   -                   yes     no        offset tables, per layer
             (a bias)
+  geometric attention   geometric_normalize yes     no        -
+            (its own normalisation: NDR's stick-breaking, `randomized_pe.geometric`)
 
 Encoding names (`names()`): each family's name (classic positions, sampler `arange`),
 and `randomized_<family>` (the same family fed by sampler `randomized`) where the
@@ -36,11 +38,20 @@ M d_model):
                                                optional, attention families: logits
                                                added to the scorer's that do not
                                                depend on the content (ALiBi's)
+  normalize(positions [T], params, ctx, query_shape, query_start)
+      -> weights_fn(logits, key_mask)          optional, attention families: replaces
+                                               the softmax; maps logits [b, H, Tq, T]
+                                               and key_mask (bool [b, T] or None) to
+                                               weights [b, H, Tq, T] (None: softmax)
+  With reads_input=True the score_fn takes a third argument, the layer input at the
+  query rows [b, Tq, M] (NDR's directional encoding projects it).
 
 A scorer's whole output is one logit; a `bias` is kept apart so that the model can
 treat it differently: log-n attention scaling (`randomized_pe.attention`) multiplies
 the scorer's logits, and the bias only with `log_n_scale_bias` (Su's formula scales
-Q K^T alone). A family whose scorer adds its own bias gets it scaled.
+Q K^T alone). A family whose scorer adds its own bias gets it scaled. A family's
+`normalize` sees the logits after scaling and bias; `weights_fn` gives the weights of any
+family (softmax where it has none), for analyses.
 """
 
 from __future__ import annotations
@@ -54,6 +65,7 @@ import jax.numpy as jnp
 
 from randomized_pe import attention as attn_lib
 from randomized_pe import encodings as enc
+from randomized_pe import geometric as geometric_lib
 from randomized_pe import registry
 from randomized_pe import release as release_lib
 from randomized_pe import samplers as samplers_lib
@@ -106,6 +118,10 @@ class Family:
     term, scorer: the computation (exactly one, matching `acts`; none for "none").
     bias: optional, attention families only: a content-free position bias added to the
       scorer's logits (see the module docstring for why it is apart).
+    normalize: optional, attention families only: builds the weights_fn that replaces
+      the softmax (see the module docstring); None keeps the softmax.
+    reads_input: attention families only: the scorer's score_fn takes the layer input
+      at the query rows as a third argument.
     params: ctx -> {name: ParamSpec}.
     settings: the model config fields it reads, with defaults for models that lack them.
     floats: accepts float positions.
@@ -123,6 +139,8 @@ class Family:
   term: Optional[Callable[..., jax.Array]] = None
   scorer: Optional[Callable[..., Callable]] = None
   bias: Optional[Callable[..., jax.Array]] = None
+  normalize: Optional[Callable[..., Callable]] = None
+  reads_input: bool = False
   params: Callable[[Context], dict] = no_params
   settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   floats: bool = True
@@ -141,9 +159,12 @@ class Family:
       want = {"none": "neither term nor scorer", "embedding": "a term and no scorer",
               "attention": "a scorer and no term"}[self.acts]
       raise ValueError(f"family {self.name!r} acts in {self.acts!r} and needs {want}")
-    if self.bias is not None and self.acts != "attention":
-      raise ValueError(f"family {self.name!r} acts in {self.acts!r}; only attention families "
-                       "take a bias")
+    for hook, present in [("a bias", self.bias is not None),
+                          ("a normalize hook", self.normalize is not None),
+                          ("reads_input", self.reads_input)]:
+      if present and self.acts != "attention":
+        raise ValueError(f"family {self.name!r} acts in {self.acts!r}; only attention "
+                         f"families take {hook}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,6 +208,18 @@ def draws_per_layer(family: Family, sampler: samplers_lib.Sampler,
 def query_rows(x, query_start, num_queries: int, axis: int = 0):
   """Rows [query_start, query_start + num_queries) of x along `axis` (start may be traced)."""
   return jax.lax.dynamic_slice_in_dim(x, query_start, num_queries, axis=axis)
+
+
+def weights_fn(family: Family, positions, params, ctx: Context, query_shape,
+               query_start) -> attn_lib.WeightsFn:
+  """The family's (logits, key_mask) -> attention weights [b, H, Tq, T]: softmax by default.
+
+  With `randomized_pe.attention.attention_logits` this gives the explicit attention
+  weights of any family (`attention.attention_weights`), e.g. for plots of attention maps.
+  """
+  if family.normalize is None:
+    return attn_lib.softmax_weights
+  return family.normalize(positions, params, ctx, query_shape, query_start)
 
 
 def _sin_cos_term(positions, params, ctx: Context):
@@ -290,6 +323,46 @@ def _relative_scorer(positions, params, ctx: Context, query_shape, query_start):
   return score
 
 
+def _geometric_params(ctx: Context) -> dict:
+  """NDR's DirectionSensitiveGeometricAttention parameters (docs/geometric.md).
+
+  The directional projection is initialised like an hk.Linear (truncated normal of
+  stddev 1/sqrt(d_model), zero bias), as every projection of this encoder; NDR keeps
+  PyTorch's default (uniform +-1/sqrt(d_model), weight and bias).
+  """
+  constant = jax.nn.initializers.constant
+  kernel_init = jax.nn.initializers.truncated_normal(1.0 / math.sqrt(ctx.d_model))
+  return {
+      "content_bias": ParamSpec((ctx.num_heads, ctx.head_size), jax.nn.initializers.zeros),
+      "content_scale": ParamSpec((), constant(1.0 / math.sqrt(ctx.head_size))),
+      "direction_kernel": ParamSpec((ctx.d_model, ctx.num_heads, 2), kernel_init),
+      "direction_bias": ParamSpec((ctx.num_heads, 2), jax.nn.initializers.zeros),
+      "direction_scale": ParamSpec((), constant(1.0)),
+      "score_bias": ParamSpec((), jax.nn.initializers.zeros),
+  }
+
+
+def _geometric_scorer(positions, params, ctx: Context, query_shape, query_start):
+  """s <q + c, k> + NDR's directional logits + s_bias: score_fn(q, k, query_input)."""
+  del ctx
+  query_positions = query_rows(positions, query_start, query_shape[1])
+
+  def score(q, k, query_input):
+    content = jnp.einsum("bthd,bshd->bhts", q + params["content_bias"], k)
+    direction = geometric_lib.direction_logits(
+        query_input, params["direction_kernel"], params["direction_bias"],
+        params["direction_scale"], positions, query_positions)
+    return content * params["content_scale"] + direction + params["score_bias"]
+
+  return score
+
+
+def _geometric_normalize(positions, params, ctx: Context, query_shape, query_start):
+  del params
+  return geometric_lib.weights_fn(positions, query_start, query_shape[1],
+                                  normalize=bool(ctx.settings["geometric_normalize"]))
+
+
 # --------------------------------------------------------------------------
 # The registry.
 
@@ -354,3 +427,8 @@ register(Family("rope", "attention", scorer=_rope_scorer, settings=_TIMESCALE,
 register(Family("alibi", "attention", scorer=_dot_scorer, bias=_alibi_bias,
                 release_offsets=True, release_per_layer=True,
                 description="linear biases (Press et al.)"))
+register(Family("geometric", "attention", scorer=_geometric_scorer,
+                normalize=_geometric_normalize, reads_input=True, params=_geometric_params,
+                settings={"geometric_normalize": True},
+                description="geometric attention with directional encoding (Csordás et al., "
+                            "NDR); docs/geometric.md"))

@@ -30,10 +30,12 @@ TRUNCATED = stats.truncnorm(-2, 2).std()
 
 
 def test_every_family_has_its_computation_and_names_resolve():
-  assert families.family_names() == ("none", "sin_cos", "learned", "relative", "rope", "alibi")
+  assert families.family_names() == ("none", "sin_cos", "learned", "relative", "rope", "alibi",
+                                     "geometric")
   assert set(families.names()) == {
       "none", "sin_cos", "learned", "relative", "rope", "alibi", "randomized_sin_cos",
-      "randomized_learned", "randomized_relative", "randomized_rope", "randomized_alibi"}
+      "randomized_learned", "randomized_relative", "randomized_rope", "randomized_alibi",
+      "geometric", "randomized_geometric"}
   for name in families.names():
     encoding = families.get(name)
     family = encoding.family
@@ -48,7 +50,7 @@ def test_every_family_has_its_computation_and_names_resolve():
   assert {f for f in families.family_names() if families.get_family(f).release_offsets} == {
       "relative", "alibi"}
   assert families.families_accepting(floats=True) == ("none", "sin_cos", "relative", "rope",
-                                                      "alibi")
+                                                      "alibi", "geometric")
 
 
 def test_a_family_without_its_computation_fails_where_it_is_defined():

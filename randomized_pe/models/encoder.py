@@ -256,20 +256,26 @@ class _Weight(hk.Module):
 
 
 class MultiHeadAttention(hk.Module):
-  """Multi-head self-attention whose logits come from the encoding family's scorer."""
+  """Multi-head self-attention whose logits come from the encoding family's scorer.
+
+  The weights are a softmax of the logits unless the family brings its own normalisation
+  (`Family.normalize`: geometric attention's stick-breaking).
+  """
 
   def __init__(self, config: EncoderConfig, name: Optional[str] = None):
     super().__init__(name=name)
     self._config = config
 
   def __call__(self, x, positions, key_mask=None, num_queries=None, query_start=None,
-               logit_scale=None):
+               logit_scale=None, return_weights: bool = False):
     """x: [B, T, M]; positions: [T]; key_mask: optional bool [B, T] -> [B, Tq, M].
 
     num_queries: only Tq positions ask (default all T), from query_start (default
     the last Tq; may be traced); all T answer. logit_scale: optional float [B]
     multiplying each sequence's logits (log-n scaling; the family's separate bias
-    only with log_n_scale_bias).
+    only with log_n_scale_bias). return_weights: also return the attention weights
+    [B, H, Tq, T] (recomputed from the logits, for analyses; e.g. through
+    hk.intercept_methods on this module).
     """
     config = self._config
     batch, length, _ = x.shape
@@ -286,18 +292,29 @@ class MultiHeadAttention(hk.Module):
       k, v = jnp.split(x @ jnp.concatenate([w_k, w_v], axis=1), 2, axis=-1)
     q, k, v = (y.reshape(batch, y.shape[1], heads, head_size) for y in (q, k, v))  # [B, T, H, D]
     family = config.family
-    score, bias = attn_lib.dot_scores, None
+    score, bias, weights_fn, query_input = attn_lib.dot_scores, None, None, None
     if family.acts == "attention":
       ctx = config.context
       params = _get_params(family.params(ctx))
       score = family.scorer(positions, params, ctx, q.shape, query_start)
       if family.bias is not None:
         bias = family.bias(positions, params, ctx, q.shape, query_start)  # [H, Tq, T]
+      if family.normalize is not None:
+        weights_fn = family.normalize(positions, params, ctx, q.shape, query_start)
+      if family.reads_input:
+        query_input = (x if num_queries == length
+                       else families.query_rows(x, query_start, num_queries, axis=1))
     out = attn_lib.attention(q, k, v, score, key_mask, bias=bias, logit_scale=logit_scale,
                              scale_bias=config.log_n_scale_bias,
-                             chunk_rows=config.attention_chunk_rows)
-    return hk.Linear(config.d_model, with_bias=False, name="output")(
+                             chunk_rows=config.attention_chunk_rows, weights_fn=weights_fn,
+                             query_input=query_input)
+    out = hk.Linear(config.d_model, with_bias=False, name="output")(
         out.reshape(batch, num_queries, heads * head_size))
+    if not return_weights:
+      return out
+    logits = attn_lib.attention_logits(q, k, score, bias, logit_scale, config.log_n_scale_bias,
+                                       query_input)
+    return out, attn_lib.attention_weights(logits, key_mask, weights_fn)
 
 
 def _layer_norm(x, name):
