@@ -180,8 +180,7 @@ def job_status(job: Job) -> tuple[bool, str | None]:
   if changed:
     return False, ("its folder holds a run with other settings ("
                    + workdir_lib.describe_differences(changed) + ")")
-  changed = workdir_lib.differences(workdir_lib.evaluation_settings(stored),
-                                    workdir_lib.evaluation_settings(job.config))
+  changed = workdir_lib.evaluation_differences(stored, job.config)
   if changed:
     return False, ("evaluation settings changed ("
                    + workdir_lib.describe_differences(changed) + "); evaluating again")

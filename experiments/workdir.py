@@ -91,17 +91,26 @@ def _defaults() -> dict:
   return _normalised(default.get_config().to_dict())
 
 
-def identity_differences(stored: dict, current: dict) -> list[str]:
-  """The identity settings that differ between a stored config and the current one.
-
-  A setting missing from the stored config (written before the setting existed) that
-  now has its default value is not a difference: defaults keep earlier behaviour.
-  """
-  old, new = identity(stored), identity(current)
+def _differences_but_added_defaults(old: dict, new: dict) -> list[str]:
+  """`differences`, except that a setting missing from `old` (stored before the setting
+  existed) that has its default value in `new` is not a difference: defaults keep
+  earlier behaviour, so upgrading the code does not orphan or redo earlier runs."""
   defaults = _defaults()
   added_as_default = {k for k in set(new) - set(old)
                       if k in defaults and new[k] == defaults[k]}
   return differences(old, {k: v for k, v in new.items() if k not in added_as_default})
+
+
+def identity_differences(stored: dict, current: dict) -> list[str]:
+  """The identity settings that differ between a stored config and the current one
+  (settings added since at their default are none)."""
+  return _differences_but_added_defaults(identity(stored), identity(current))
+
+
+def evaluation_differences(stored: dict, current: dict) -> list[str]:
+  """The evaluation settings that differ (settings added since at their default are none)."""
+  return _differences_but_added_defaults(evaluation_settings(stored),
+                                         evaluation_settings(current))
 
 
 def describe_differences(diffs: list[str], limit: int = 4) -> str:

@@ -115,6 +115,12 @@ def test_settings_that_cannot_change_results_are_not_identity():
   config["training"]["max_programs"] = 3
   assert workdir_lib.identity_differences(older, config) == [
       "training.max_programs: (absent) -> 3"]
+  # So for evaluation settings: a finished sweep job stays finished after an upgrade.
+  del older["evaluation"]["every_steps"], older["evaluation"]["periodic_batch_size"]
+  assert workdir_lib.evaluation_differences(older, config) == []
+  config["evaluation"]["every_steps"] = 100
+  assert workdir_lib.evaluation_differences(older, config) == [
+      "evaluation.every_steps: (absent) -> 100"]
 
 
 def test_a_second_process_on_a_locked_workdir_is_refused(tmp_path):
