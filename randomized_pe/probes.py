@@ -6,7 +6,8 @@ framework:
   attention_weights(x, weights, family, ctx, positions, ...)
       one layer's attention weights rebuilt from its input and parameters, the way
       `randomized_pe.models.encoder.MultiHeadAttention` computes them (the family's
-      scorer and bias, `attention.attention_logits`, a softmax over the unmasked keys),
+      scorer and bias, `attention.attention_logits`, a softmax over the unmasked keys or
+      the family's own normalisation, `families.weights_fn`),
       and the layer's output from them, to check against the output the model produced
   attention_stats(weights, expected_source)
       numbers a picture of attention claims: the mass on the key each query should read
@@ -16,8 +17,8 @@ framework:
       a 2-D PCA fitted on training-range activations only, and how far other activations
       lie from that training cloud
 
-Families whose attention is not a softmax (e.g. a geometric attention that brings its own
-normalisation) are refused by `check_softmax` with one line naming the supported ones.
+A family that sets a `Family` field this module does not know (a new way to compute
+attention) is refused by `check_softmax` with one line naming the supported ones.
 
 Shapes: B batch, T queries, S keys, H heads, D head size, M d_model, N points.
 """
@@ -39,7 +40,8 @@ from randomized_pe import families as families_lib
 # say) may change how attention weights arise, which this module cannot know.
 _KNOWN_FAMILY_FIELDS = frozenset({
     "name", "acts", "term", "scorer", "bias", "params", "settings", "floats", "per_axis",
-    "randomized_twin", "release_offsets", "release_per_layer", "description"})
+    "randomized_twin", "release_offsets", "release_per_layer", "description", "normalize",
+    "reads_input"})
 # Values of an unknown field that mean "a softmax, as before".
 _SOFTMAX_VALUES = (None, "softmax")
 
@@ -125,7 +127,7 @@ def attention_weights(x: jax.Array, weights: LayerWeights, family: families_lib.
   Raises:
     ValueError: a family with a normalisation of its own (`check_softmax`).
   """
-  check_softmax(family)
+  check_softmax(family)  # Fields added to Family since this was written must be known.
   batch, length, _ = x.shape
   num_queries = length if num_queries is None else num_queries
   query_start = length - num_queries if query_start is None else query_start
@@ -133,16 +135,19 @@ def attention_weights(x: jax.Array, weights: LayerWeights, family: families_lib.
   q = families_lib.query_rows(x, query_start, num_queries, axis=1) @ weights.query
   k, v = x @ weights.key, x @ weights.value
   q, k, v = (y.reshape(batch, y.shape[1], heads, head_size) for y in (q, k, v))  # [B, ., H, D]
-  score, bias = attn_lib.dot_scores, None
+  score, bias, weights_fn, query_input = attn_lib.dot_scores, None, None, None
   if family.acts == "attention":
-    score = family.scorer(positions, dict(weights.family), ctx, q.shape, query_start)
+    params = dict(weights.family)
+    score = family.scorer(positions, params, ctx, q.shape, query_start)
     if family.bias is not None:
-      bias = family.bias(positions, dict(weights.family), ctx, q.shape, query_start)
-  logits = attn_lib.attention_logits(q, k, score, bias, logit_scale, scale_bias)  # [B, H, T, S]
-  if key_mask is not None:
-    # As the model masks: the lowest float, so that a row with no key is uniform, not NaN.
-    logits = jnp.where(key_mask[:, None, None, :], logits, jnp.finfo(logits.dtype).min)
-  probabilities = jax.nn.softmax(logits, axis=-1)
+      bias = family.bias(positions, params, ctx, q.shape, query_start)
+    # A softmax unless the family normalises on its own (geometric attention).
+    weights_fn = families_lib.weights_fn(family, positions, params, ctx, q.shape, query_start)
+    if family.reads_input:  # The scorer also reads the layer input at the query rows.
+      query_input = families_lib.query_rows(x, query_start, num_queries, axis=1)
+  logits = attn_lib.attention_logits(q, k, score, bias, logit_scale, scale_bias,
+                                     query_input=query_input)  # [B, H, T, S]
+  probabilities = attn_lib.attention_weights(logits, key_mask, weights_fn)
   out = jnp.einsum("bhts,bshd->bthd", probabilities, v).reshape(batch, num_queries,
                                                                   heads * head_size)
   return probabilities, out @ weights.output

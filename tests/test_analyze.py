@@ -123,6 +123,7 @@ def test_forced_reversal_model_gives_anti_diagonal_one():
 @pytest.mark.parametrize("pe, settings", [
     ("alibi", dict(log_n_scaling=True, log_n_reference=4, log_n_scale_bias=True)),
     ("randomized_relative", dict(compat="release")),  # Positions drawn per layer.
+    ("randomized_geometric", {}),  # Its own normalisation; its scorer reads the input.
 ])
 def test_reconstruction_reproduces_module_output(pe, settings):
   """Weights @ v projected by the output weights equal the module's output to 1e-5 (float32;
@@ -170,12 +171,10 @@ def test_non_softmax_family_is_refused_in_one_line():
     probes.check_softmax(family)
   message = str(error.value)
   assert "\n" not in message and "'geometric'" in message
-  assert "supported families: none, sin_cos, learned, relative, rope, alibi" in message
+  assert "supported families: none, sin_cos, learned, relative, rope, alibi, geometric" in message
   probes.check_softmax(WithNormalisation("plain", "attention", scorer=lambda *a: None))
-  if "geometric" in families.family_names():  # Geometric attention: stick-breaking weights.
-    with pytest.raises(ValueError, match="family 'geometric'.*supported families: none"):
-      probes.check_softmax(families.get_family("geometric"))
-  for name in ("none", "sin_cos", "learned", "relative", "rope", "alibi"):
+  # Geometric attention's own normalisation is a field the rebuild applies.
+  for name in ("none", "sin_cos", "learned", "relative", "rope", "alibi", "geometric"):
     probes.check_softmax(families.get_family(name))
 
 
