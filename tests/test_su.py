@@ -229,7 +229,8 @@ def test_learned_tables_refuse_float_positions_naming_the_families_that_take_the
     message = str(error.value)
     assert "\n" not in message
     assert f"sampler {name!r} gives float positions" in message
-    assert message.endswith("families that take floats: none, sin_cos, relative, rope, alibi")
+    assert message.endswith(
+        "families that take floats: none, sin_cos, relative, rope, alibi, geometric")
 
 
 def test_a_run_config_with_a_learned_table_and_float_positions_fails_before_compiling():
