@@ -11,6 +11,7 @@ import pytest
 from configs import figure2
 from configs import figure3
 from configs import table3
+from configs import table5
 from experiments import report
 from experiments import sweep
 from experiments import validation
@@ -68,7 +69,8 @@ def _shrink(config, steps=1, seeds=(0,)):
 
 def test_each_config_runs_a_step_and_reports(tmp_path):
   # Table 3's unsorted variant (sorted is the plain randomized_sin_cos), Figure 3 at one
-  # L, and Figure 2's two models, two seeds each, evaluated during training at steps 1, 2.
+  # L, Figure 2's two models, two seeds each, evaluated during training at steps 1, 2, and
+  # Table 5's geometric attention.
   c = _shrink(table3.get_config("scale=small"))
   c.sweep.variants = tuple(v for v in c.sweep.variants if v[0] == "unsorted")
   c3 = _shrink(figure3.get_config("scale=small"))
@@ -76,7 +78,9 @@ def test_each_config_runs_a_step_and_reports(tmp_path):
   c2 = _shrink(figure2.get_config("scale=small"), steps=2, seeds=(0, 1))
   c2.sweep.variants = figure2.variants(2, 3)
   c2.evaluation.update(min_length=3, every_steps=1, periodic_batch_size=4)
-  for name, config in (("table3", c), ("figure3", c3), ("figure2", c2)):
+  c5 = _shrink(table5.get_config("scale=small"))  # Table 5: geometric attention.
+  c5.sweep.encodings = ("geometric",)
+  for name, config in (("table3", c), ("figure3", c3), ("figure2", c2), ("table5", c5)):
     sweep_dir = str(tmp_path / name)
     progress = sweep.run_sweep(config, sweep_dir)
     assert progress.done == len(sweep.make_jobs(config, sweep_dir)) and not progress.failed
