@@ -27,8 +27,9 @@ import ml_collections
 
 from configs import default
 from configs import small
+from configs import table1
 
-SCALES = ("full", "small")
+SCALES = small.SCALES
 
 
 def variants(short, long):
@@ -40,20 +41,15 @@ def variants(short, long):
 
 
 def get_config(arg=None):
-  scale = (arg or "scale=full").split("=")[-1]
-  if scale not in SCALES:
-    raise ValueError(f"unknown scale {scale!r}; valid choices: {', '.join(SCALES)}")
-  config = default.get_config()
-  config.model.compat = "release"
-  config.grid.seeds = tuple(range(10))
-  config.grid.learning_rates = (1e-4, 3e-4, 5e-4)
+  scale = small.scale(arg)
+  # The paper's protocol as configs/table1.py: compat="release", 10 seeds x 3 rates.
+  config = table1.get_config()
   config.sweep = ml_collections.ConfigDict()
   config.sweep.tasks = ("missing_duplicate_string",)
   config.sweep.encodings = ()
   config.sweep.variants = variants(40, 500)
   config.sweep.report = "figure2"
   config.evaluation.update(min_length=41, every_steps=10_000, periodic_batch_size=100)
-  config.progress = False
   if scale == "small":
     small.apply(config)
     config.sweep.variants = variants(8, 24)

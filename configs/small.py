@@ -10,8 +10,18 @@ a job with a 3-seed grid on an idle machine, 71 s at load 5.
 """
 import ml_collections
 
+SCALES = ("full", "small")
 SEEDS = (0, 1, 2)
 LEARNING_RATE = 1e-3
+
+
+def scale(arg) -> str:
+  """The scale a config argument asks for ("scale=small"; default "full"); a one-line
+  ValueError naming the valid scales otherwise."""
+  value = (arg or "scale=full").split("=")[-1]
+  if value not in SCALES:
+    raise ValueError(f"unknown scale {value!r}; valid choices: {', '.join(SCALES)}")
+  return value
 
 
 def apply(config: ml_collections.ConfigDict, seeds=SEEDS) -> ml_collections.ConfigDict:

@@ -45,7 +45,7 @@ import ml_collections
 from configs import default
 from configs import small
 
-SCALES = ("full", "small")
+SCALES = small.SCALES
 TASKS = ("reverse_string", "duplicate_string", "missing_duplicate_string", "even_pairs",
          "bucket_sort", "odds_first")
 LOG_N = {"model.log_n_scaling": True}
@@ -69,9 +69,7 @@ VARIANTS = (
 )
 
 def get_config(arg=None):
-  scale = (arg or "scale=full").split("=")[-1]
-  if scale not in SCALES:
-    raise ValueError(f"unknown scale {scale!r}; valid choices: {', '.join(SCALES)}")
+  scale = small.scale(arg)
   config = default.get_config()
   config.grid.seeds = tuple(range(10))
   config.grid.learning_rates = (1e-4, 3e-4, 5e-4)

@@ -12,6 +12,7 @@ rate, a 2-layer model, 1,000 steps on lengths 1..10, test lengths 11..30.
 import ml_collections
 
 from configs import default
+from configs import small
 
 PAPER_ENCODINGS = [
     "none", "sin_cos", "relative", "alibi", "rope", "learned",
@@ -24,13 +25,11 @@ PAPER_TASKS = [
     "duplicate_string", "missing_duplicate_string", "odds_first", "binary_addition",
     "binary_multiplication", "compute_sqrt", "bucket_sort",
 ]
-SCALES = ("full", "small")
+SCALES = small.SCALES
 
 
 def get_config(arg=None):
-  scale = (arg or "scale=full").split("=")[-1]
-  if scale not in SCALES:
-    raise ValueError(f"unknown scale {scale!r}; valid choices: {', '.join(SCALES)}")
+  scale = small.scale(arg)
   config = default.get_config()
   config.model.compat = "release"
   config.grid.seeds = tuple(range(10))

@@ -21,11 +21,10 @@ missing_duplicate_string, 3 seeds x 1 learning rate, 1,000 steps.
 """
 import ml_collections
 
-from configs import default
 from configs import small
 from configs import table1
 
-SCALES = ("full", "small")
+SCALES = small.SCALES
 VARIANTS = (
     ("sorted", {"model.pe": "randomized_sin_cos"}),
     ("unsorted", {"model.pe": "randomized_sin_cos", "training.positions": "unsorted"}),
@@ -34,19 +33,14 @@ SMALL_TASKS = ("reverse_string", "even_pairs", "missing_duplicate_string")
 
 
 def get_config(arg=None):
-  scale = (arg or "scale=full").split("=")[-1]
-  if scale not in SCALES:
-    raise ValueError(f"unknown scale {scale!r}; valid choices: {', '.join(SCALES)}")
-  config = default.get_config()
-  config.model.compat = "release"
-  config.grid.seeds = tuple(range(10))
-  config.grid.learning_rates = (1e-4, 3e-4, 5e-4)
+  scale = small.scale(arg)
+  # The paper's protocol as configs/table1.py: compat="release", 10 seeds x 3 rates.
+  config = table1.get_config()
   config.sweep = ml_collections.ConfigDict()
   config.sweep.tasks = tuple(table1.PAPER_TASKS)
   config.sweep.encodings = ()
   config.sweep.variants = tuple((name, dict(overrides)) for name, overrides in VARIANTS)
   config.sweep.report = "table3"
-  config.progress = False
   if scale == "small":
     small.apply(config)
     config.sweep.tasks = SMALL_TASKS

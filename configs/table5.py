@@ -37,13 +37,11 @@ ENCODINGS = ("geometric", "randomized_geometric")
 SMALL_TASKS = ("modular_arithmetic", "even_pairs", "reverse_string", "missing_duplicate_string",
                "bucket_sort", "odds_first")
 SMALL_BASELINES = ("randomized_relative",)
-SCALES = table1.SCALES
+SCALES = small.SCALES
 
 
 def get_config(arg=None):
-  scale = (arg or "scale=full").split("=")[-1]
-  if scale not in SCALES:
-    raise ValueError(f"unknown scale {scale!r}; valid choices: {', '.join(SCALES)}")
+  scale = small.scale(arg)
   config = table1.get_config("scale=full")  # The paper's protocol, compat="release".
   config.sweep = ml_collections.ConfigDict()
   config.sweep.tasks = tuple(table1.PAPER_TASKS)
