@@ -182,11 +182,7 @@ def csv_table(tasks, encodings, cells, pair=False) -> str:
 
 def plot_task(task: str, results: dict, encodings, path: str) -> None:
   """Accuracy against length of the best model per encoding, training range shaded."""
-  import matplotlib  # pylint: disable=import-outside-toplevel
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-
-  fig, ax = plt.subplots(figsize=(7, 4))
+  plt, fig, (ax,) = _figure(7, 4)
   training_range = None
   for pe in encodings:
     result = results.get((task, pe))
@@ -201,9 +197,7 @@ def plot_task(task: str, results: dict, encodings, path: str) -> None:
                label="training lengths")
   ax.set(xlabel="sequence length", ylabel="accuracy (%)", title=task, ylim=(0, 102))
   ax.legend(fontsize=7, loc="lower left")
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  _save(plt, fig, path)
 
 
 # The variants report (a sweep with `sweep.variants`, e.g. configs/su.py).
@@ -284,11 +278,7 @@ def variant_csv(tasks, names, cells) -> str:
 def plot_variants(task: str, results: dict, names, path: str) -> None:
   """Accuracy against length per variant: mean over seeds at the best learning rate,
   a band of ± one std, the training range shaded."""
-  import matplotlib  # pylint: disable=import-outside-toplevel
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-
-  fig, ax = plt.subplots(figsize=(8, 4.5))
+  plt, fig, (ax,) = _figure(8, 4.5)
   training_range = None
   for i, name in enumerate(names):
     result = results.get((task, name))
@@ -308,9 +298,7 @@ def plot_variants(task: str, results: dict, names, path: str) -> None:
                label="training lengths")
   ax.set(xlabel="sequence length", ylabel="accuracy (%)", title=task, ylim=(0, 102))
   ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  _save(plt, fig, path)
 
 
 def write_variant_report(sweep_dir: str, results: dict, order, out_dir: str) -> dict:
