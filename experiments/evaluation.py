@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from experiments import compile_cache
 from experiments import data
 from experiments import results
 
@@ -40,6 +41,8 @@ class RangeEvaluator:
     batch_sharding: optional sharding of the batch axis over devices.
     stacked: params carry a leading models axis [M, ...]; accuracies are then
       lists of M values (every model sees the same batches and positions).
+    cache_key: what determines model and task (`compile_cache.run_key`), to keep the
+      programs' executables; None: not kept.
   """
 
   model: object
@@ -47,13 +50,15 @@ class RangeEvaluator:
   max_logits: int = 2**27
   batch_sharding: object = None
   stacked: bool = False
+  cache_key: object = None
 
   def __post_init__(self):
-    self.traces = 0  # Programs compiled so far (one per bucket shape).
+    self.traces = 0  # Programs traced so far (one per bucket shape; 0 when loaded).
     chunk = self._chunk
     if self.stacked:
       chunk = jax.vmap(chunk, in_axes=(0,) + (None,) * 7)
-    self._chunk_fn = jax.jit(chunk)
+    self._chunk_fn = compile_cache.Program(chunk, f"range_chunk stacked={self.stacked}",
+                                           self.cache_key)
 
   def _chunk(self, params, key, chunk_index, tokens, targets, mask, in_len, seq_len):
     """Correct and counted output tokens of one chunk: tokens [C, T], targets/mask [C, O]."""
@@ -93,8 +98,8 @@ class RangeEvaluator:
     padded, out_pad, chunk = shape
     tokens = jnp.zeros((chunk, padded), jnp.int32)
     targets = jnp.zeros((chunk, out_pad), jnp.int32)
-    return self._chunk_fn.lower(params, jax.random.PRNGKey(0), 0, tokens, targets,
-                                targets.astype(bool), 1, 1).compile()
+    return self._chunk_fn.compile(params, jax.random.PRNGKey(0), 0, tokens, targets,
+                                  targets.astype(bool), 1, 1)
 
   def evaluate(self, params, lengths, batch_size: int, seed: int, max_buckets: int,
                progress: bool = False) -> dict:
@@ -157,6 +162,7 @@ class SplitEvaluator:
     batch_sharding: optional sharding of the batch axis over devices.
     stacked: params carry a leading models axis [M, ...]; accuracies are then lists of
       M values.
+    cache_key: as RangeEvaluator's.
   """
 
   model: object
@@ -164,13 +170,15 @@ class SplitEvaluator:
   batch_size: int = 128
   batch_sharding: object = None
   stacked: bool = False
+  cache_key: object = None
 
   def __post_init__(self):
-    self.traces = 0  # Programs compiled so far.
+    self.traces = 0  # Programs traced so far (0 when loaded).
     chunk = self._chunk
     if self.stacked:
       chunk = jax.vmap(chunk, in_axes=(0, None, None, None))
-    self._chunk_fn = jax.jit(chunk)
+    self._chunk_fn = compile_cache.Program(chunk, f"split_chunk stacked={self.stacked}",
+                                           self.cache_key)
 
   def _chunk(self, params, key, chunk_index, tokens):
     """Predicted classes [C] of one chunk of examples, tokens [C, T]."""
@@ -234,7 +242,8 @@ class LengthEvaluation:
     self._config = config
     self._every = config.evaluation.get("every_steps", 0)
     self._evaluator = RangeEvaluator(model, source.task, max_logits=config.evaluation.max_logits,
-                                     batch_sharding=batch_sharding, stacked=True)
+                                     batch_sharding=batch_sharding, stacked=True,
+                                     cache_key=compile_cache.run_key(config, source.task))
 
   def due(self, step: int) -> bool:
     return self._every > 0 and step % self._every == 0
@@ -274,7 +283,8 @@ class SplitEvaluation:
     e = config.evaluation
     dataset = source.task
     self._config, self._source, self._model = config, source, model
-    self._evaluator = SplitEvaluator(model, dataset, e.batch_size, batch_sharding, stacked=True)
+    self._evaluator = SplitEvaluator(model, dataset, e.batch_size, batch_sharding, stacked=True,
+                                     cache_key=compile_cache.run_key(config, dataset))
     self._every = e.get("every_epochs", 0) * source.steps_per_epoch
     self._splits = tuple(e.get("splits", [s for s in dataset.splits
                                           if s != dataset.train_split]))

@@ -18,6 +18,7 @@ import ml_collections
 import numpy as np
 import optax
 
+from experiments import compile_cache
 from experiments import data
 from randomized_pe import models
 from randomized_pe import registry
@@ -214,15 +215,19 @@ def init_state(model, optimizer, seed, tokens=None) -> TrainState:
                     jnp.zeros((), bool))
 
 
-def init_grid(model, config, members, tokens=None) -> TrainState:
-  """Initial states of all grid members stacked on a leading models axis [M, ...]."""
+def init_grid(model, config, members, tokens=None, cache_key=None) -> TrainState:
+  """Initial states of all grid members stacked on a leading models axis [M, ...].
+
+  cache_key: what determines model, config and tokens, to keep the program's executable
+  (`compile_cache.Program`); None: not kept.
+  """
   seeds = jnp.array([s for s, _ in members], jnp.int32)
   rates = jnp.array([r for _, r in members], jnp.float32)
 
   def one(seed, rate):
     return init_state(model, optimizer_for(model, config, rate), seed, tokens)
 
-  return jax.jit(jax.vmap(one))(seeds, rates)
+  return compile_cache.Program(jax.vmap(one), "init_grid", cache_key)(seeds, rates)
 
 
 def make_grid_step(model, optimizer):
@@ -261,7 +266,8 @@ class Trainer:
     members: (seed, learning rate) of every model of the grid.
     state: the initial stacked state [M, ...], placed on the devices.
     seeds: int32 [M] seeds, placed.
-    step: the jitted grid step (state donated): (state, seeds, batch) -> (state, metrics).
+    step: the jitted grid step (state donated): (state, seeds, batch) -> (state, metrics),
+      a `compile_cache.Program` keyed by the run's config.
     place: puts a host batch on the devices (split over them when data parallel).
     state_sharding, batch_sharding: None on one device.
   """
@@ -296,12 +302,16 @@ def build_trainer(config: ml_collections.ConfigDict, task, devices=None) -> Trai
   model = build_model(config, task)
   members = grid_members(config)
   state_sharding, seeds_sharding, batch_sharding = mesh_shardings(devices, len(members))
-  state = init_grid(model, config, members, data.example_tokens(task))
+  # Everything the programs close over follows from the config and the task, so they key
+  # the programs' executables.
+  key = compile_cache.run_key(config, task)
+  state = init_grid(model, config, members, data.example_tokens(task), cache_key=key)
   seeds = jnp.array([s for s, _ in members], jnp.int32)
   if state_sharding is not None:
     state = jax.device_put(state, state_sharding)
     seeds = jax.device_put(seeds, seeds_sharding)
-  step = jax.jit(make_grid_step(model, optimizer_for(model, config)), donate_argnums=(0,))
+  step = compile_cache.Program(make_grid_step(model, optimizer_for(model, config)), "grid_step",
+                               key, donate_argnums=(0,))
   place = ((lambda b: jax.device_put(b, batch_sharding)) if batch_sharding is not None
            else (lambda b: b))
   return Trainer(model, members, state, seeds, step, place, state_sharding, batch_sharding)

@@ -11,6 +11,8 @@ from typing import Generic, Iterator, TypeVar
 
 T = TypeVar("T")
 
+_REGISTRIES: list = []  # Every registry made, in order (see `all_registries`).
+
 
 class Registry(Generic[T]):
   """Entries by name, in registration order.
@@ -24,6 +26,11 @@ class Registry(Generic[T]):
     self._what = what
     self._listing = listing
     self._entries: dict[str, T] = {}
+    _REGISTRIES.append(self)
+
+  @property
+  def what(self) -> str:
+    return self._what
 
   def register(self, name: str, entry: T) -> T:
     if name in self._entries:
@@ -49,3 +56,8 @@ class Registry(Generic[T]):
 
   def __iter__(self) -> Iterator[T]:
     return iter(list(self._entries.values()))
+
+
+def all_registries() -> tuple[Registry, ...]:
+  """Every registry made so far (e.g. to check where all registered code comes from)."""
+  return tuple(_REGISTRIES)

@@ -2,7 +2,8 @@
 
 The cache lives in pytest's cache folder (.pytest_cache/d/jax-compilation-cache), so a
 second `make test` on the same checkout loads most programs instead of compiling them;
-with pytest's cache provider off, in a temporary folder for this run. Entry points that
+with pytest's cache provider off, in a temporary folder for this run. Only JAX's own
+cache in this process; whole executables (compile_cache.Program) are the entry points'. Entry points that
 tests start as subprocesses inherit it through RANDOMIZED_PE_COMPILATION_CACHE. A test
 that needs its own cache sets that variable for its subprocess.
 """
@@ -24,4 +25,6 @@ def pytest_configure(config):
   folder = (str(cache.mkdir("jax-compilation-cache")) if cache is not None
             else tempfile.mkdtemp(prefix="jax-compilation-cache-"))
   os.environ[compile_cache.ENV] = folder
-  compile_cache.enable(folder, min_compile_seconds=_MIN_COMPILE_SECONDS)
+  # Whole executables (compile_cache.Program) stay off in this process: tests monkeypatch
+  # project code, which their key cannot see. Entry points started as subprocesses use them.
+  compile_cache.enable(folder, min_compile_seconds=_MIN_COMPILE_SECONDS, executables=False)

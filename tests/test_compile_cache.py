@@ -1,11 +1,19 @@
 """The persistent compilation cache (experiments/compile_cache.py)."""
+import dataclasses
 import json
 import os
 import re
 import subprocess
 import sys
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
 from experiments import compile_cache
+from randomized_pe import families
+import tasks
 
 
 def test_compilation_cache_folder_resolution():
@@ -20,13 +28,16 @@ def test_compilation_cache_folder_resolution():
 
 
 def _cache_line(stdout):
+  """(JAX programs loaded, compiled, written; executables loaded, written) of a run."""
   lines = [l for l in stdout.splitlines() if l.startswith("compilation cache ")]
   assert len(lines) == 1, stdout
-  numbers = re.findall(r"(\d+) (?:programs loaded|compiled|written)", lines[0])
+  numbers = re.findall(r"(\d+) (?:programs loaded|compiled|\(?written|executables loaded)",
+                       lines[0])
+  assert len(numbers) == 5, lines[0]
   return tuple(int(n) for n in numbers)
 
 
-def test_a_second_process_with_a_warm_cache_compiles_nothing(tmp_path):
+def test_a_second_process_with_a_warm_cache_traces_and_compiles_nothing(tmp_path):
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": root,
          compile_cache.ENV: str(tmp_path / "cache")}
@@ -43,10 +54,128 @@ def test_a_second_process_with_a_warm_cache_compiles_nothing(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     runs.append(_cache_line(out.stdout))
-  (cold_loaded, cold_compiled, cold_written), (warm_loaded, warm_compiled, warm_written) = runs
+  cold, warm = runs
+  cold_loaded, cold_compiled, cold_written, cold_exe_loaded, cold_exe_written = cold
+  # Cold: every program compiled and written, and the run's programs (initialisation,
+  # one training step per length, one evaluation program per bucket) kept whole.
   assert cold_loaded == 0 and cold_compiled > 3 and cold_written == cold_compiled
-  assert warm_compiled == 0 and warm_written == 0 and warm_loaded == cold_compiled
+  assert cold_exe_loaded == 0 and 3 <= cold_exe_written <= cold_compiled
+  # Warm: the kept executables are loaded without tracing; the few programs outside them
+  # (e.g. eager one-off operations) come from JAX's cache; nothing is compiled.
+  warm_loaded, warm_compiled, warm_written, warm_exe_loaded, warm_exe_written = warm
+  assert warm_compiled == 0 and warm_written == 0 and warm_exe_written == 0
+  assert warm_exe_loaded == cold_exe_written
+  assert warm_loaded == cold_compiled - cold_exe_written
   # Same results either way.
   cold = json.loads((tmp_path / "cold" / "eval.json").read_text())
   warm = json.loads((tmp_path / "warm" / "eval.json").read_text())
   assert cold["accuracy"] == warm["accuracy"]
+
+
+# --- whole executables (compile_cache.Program), in this process ---------------------
+
+
+@pytest.fixture
+def executables(tmp_path, monkeypatch):
+  """Turns the executable layer on, in a fresh folder, for one test."""
+  folder = tmp_path / "executables"
+  monkeypatch.setattr(compile_cache, "_executables", str(folder))
+  return folder
+
+
+def _counting_program(key, traces, donate=()):
+  def fn(x, y, scale):
+    traces.append(x.shape)
+    return x * scale + y.sum(), (x - 1.0).astype(jnp.bfloat16)
+  return compile_cache.Program(fn, "f", key, donate_argnums=donate)
+
+
+def _loaded():
+  return compile_cache.stats()["executables_loaded"]
+
+
+def test_a_kept_executable_is_loaded_without_tracing_and_gives_the_same_result(executables):
+  x, y = jnp.arange(6.0).reshape(2, 3), jnp.ones((4,))
+  traces = []
+  want = _counting_program({"a": 1}, traces)(x, y, 2)
+  assert traces == [(2, 3)] and len(list(executables.iterdir())) == 1
+  loaded = _loaded()
+  got = _counting_program({"a": 1}, traces)(x, y, 2)  # A new program object, same key.
+  assert traces == [(2, 3)] and _loaded() == loaded + 1  # Loaded, not traced.
+  for g, w in zip(got, want):
+    assert g.dtype == w.dtype and g.shape == w.shape
+    np.testing.assert_array_equal(np.asarray(g, np.float32), np.asarray(w, np.float32))
+  # Another key, another shape, another dtype or a weak type of its own: traced anew.
+  _counting_program({"a": 2}, traces)(x, y, 2)
+  _counting_program({"a": 1}, traces)(x[:1], y, 2)
+  _counting_program({"a": 1}, traces)(x.astype(jnp.bfloat16), y, 2)
+  _counting_program({"a": 1}, traces)(x, y, 2.0)
+  assert len(traces) == 5 and len(list(executables.iterdir())) == 5
+
+
+def test_a_loaded_executable_still_donates_its_arguments(executables):
+  traces = []
+  x, y = jnp.ones((2, 3)), jnp.ones((4,))
+  _counting_program({"d": 1}, traces, donate=(0,))(x, y, 1)
+  assert x.is_deleted()
+  x = jnp.ones((2, 3))
+  out, _ = _counting_program({"d": 1}, traces, donate=(0,))(x, y, 1)
+  assert len(traces) == 1 and x.is_deleted()  # Loaded, and the buffer given up.
+  np.testing.assert_array_equal(np.asarray(out), np.full((2, 3), 5.0))
+
+
+def test_a_damaged_executable_is_compiled_again_and_rewritten(executables, capsys):
+  traces = []
+  x, y = jnp.ones((2, 3)), jnp.ones((4,))
+  want = _counting_program({"t": 1}, traces)(x, y, 3)[0]
+  (path,) = list(executables.iterdir())
+  path.write_bytes(path.read_bytes()[:100])  # Truncated.
+  got = _counting_program({"t": 1}, traces)(x, y, 3)[0]
+  assert len(traces) == 2 and "could not load" in capsys.readouterr().err
+  np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+  _counting_program({"t": 1}, traces)(x, y, 3)  # The rewritten file loads.
+  assert len(traces) == 2
+
+
+def test_no_key_no_folder_or_code_from_outside_the_project_keep_nothing(executables,
+                                                                        monkeypatch):
+  traces = []
+  x, y = jnp.ones((2, 3)), jnp.ones((4,))
+  _counting_program(None, traces)(x, y, 1)
+  assert not executables.exists()
+  # A family registered from outside the project's folders (here: this test module).
+  family = families.get_family("relative")
+  outside = dataclasses.replace(family, name="outside_relative", scorer=lambda *a: None)
+  families.FAMILIES.register(outside.name, outside)
+  try:
+    assert any("outside_relative" in f for f in compile_cache.foreign_components())
+    _counting_program({"k": 1}, traces)(x, y, 1)
+    _counting_program({"k": 1}, traces)(x, y, 1)
+    assert len(traces) == 3 and not executables.exists()
+  finally:
+    families.FAMILIES.unregister(outside.name)
+  assert compile_cache.foreign_components() == []
+  monkeypatch.setattr(compile_cache, "_executables", None)
+  _counting_program({"k": 1}, traces)(x, y, 1)
+  assert len(traces) == 4 and not executables.exists()
+
+
+def test_a_program_called_inside_a_trace_is_traced_with_it(executables):
+  traces = []
+  shape = jax.eval_shape(lambda x: _counting_program({"e": 1}, traces)(x, x, 1)[0],
+                         jnp.ones((2, 4)))
+  assert shape.shape == (2, 4) and not executables.exists()
+
+
+def test_the_key_of_a_run_ignores_only_where_and_how_visibly_it_runs():
+  from configs import demo  # pylint: disable=import-outside-toplevel
+  config, task = demo.get_config(), tasks.get("reverse_string")
+  key = compile_cache.run_key(config, task)
+  config.compilation_cache, config.progress = "/elsewhere", not config.progress
+  assert compile_cache.run_key(config, task) == key
+  for field, value in (("seed", 5), ("model.d_model", 8), ("training.max_programs", 3)):
+    changed = demo.get_config()
+    section, _, name = field.rpartition(".")
+    setattr(changed[section] if section else changed, name, value)
+    assert compile_cache.run_key(changed, task) != key, field
+  assert compile_cache.run_key(demo.get_config(), tasks.get("parity_check")) != key
