@@ -305,8 +305,13 @@ class Program:
         # A truncated or incompatible file: compile, and write it again below.
         print(f"compilation cache: could not load {path} ({type(error).__name__}: "
               f"{error}); compiling instead", file=sys.stderr)
+    hits = _events["cache_hits"]
     compiled = self._jitted.lower(*args).compile()
-    if path is not None:
+    # Only an executable XLA compiled here is written: one that JAX loaded from its own
+    # cache serializes incompletely with jaxlib 0.10.2 (loading it later fails with
+    # "Function convert_bitcast_fusion.1 not found"); such a program keeps coming from
+    # JAX's cache instead.
+    if path is not None and _events["cache_hits"] == hits:
       _write(path, compiled)
     return compiled
 

@@ -10,6 +10,8 @@ that needs its own cache sets that variable for its subprocess.
 import os
 import tempfile
 
+import pytest
+
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 # Eager one-op programs (thousands in the reference implementations) are not written.
@@ -28,3 +30,12 @@ def pytest_configure(config):
   # Whole executables (compile_cache.Program) stay off in this process: tests monkeypatch
   # project code, which their key cannot see. Entry points started as subprocesses use them.
   compile_cache.enable(folder, min_compile_seconds=_MIN_COMPILE_SECONDS, executables=False)
+
+
+@pytest.fixture(autouse=True)
+def _no_whole_executables_in_this_process(monkeypatch):
+  """Keeps compile_cache.Program's disk layer off in every test, also after a test that
+  ran an entry point's code in this process (which turns it on): tests monkeypatch
+  project code, which the executables' key cannot see."""
+  from experiments import compile_cache  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(compile_cache, "_executables", None)

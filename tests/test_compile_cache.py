@@ -179,3 +179,24 @@ def test_the_key_of_a_run_ignores_only_where_and_how_visibly_it_runs():
     setattr(changed[section] if section else changed, name, value)
     assert compile_cache.run_key(changed, task) != key, field
   assert compile_cache.run_key(demo.get_config(), tasks.get("parity_check")) != key
+
+
+def test_a_program_jax_loaded_from_its_own_cache_is_not_kept(executables, tmp_path,
+                                                            monkeypatch):
+  # Serializing an executable that JAX loaded from its persistent cache gives one that
+  # fails when loaded (jaxlib 0.10.2: "Function ... not found"), so it is not written.
+  suite_folder = os.environ.get(compile_cache.ENV, "off")
+  monkeypatch.setenv(compile_cache.ENV, suite_folder)  # enable() exports its folder.
+  compile_cache.enable(str(tmp_path / "jax"), min_compile_seconds=0.0)
+  try:
+    traces = []
+    x, y = jnp.ones((3, 5)), jnp.ones((2,))
+    want = _counting_program({"j": 1}, traces)(x, y, 4)[0]  # Compiled, written.
+    jax.clear_caches()
+    got = _counting_program({"j": 2}, traces)(x, y, 4)[0]  # Same program: JAX's cache.
+    assert compile_cache.stats()["loaded"] >= 1
+    assert len(list((tmp_path / "jax" / compile_cache.EXECUTABLES).iterdir())) == 1
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+  finally:
+    # Back to the suite's settings (tests/conftest.py): JAX's cache only, in its folder.
+    compile_cache.enable(suite_folder, min_compile_seconds=0.2, executables=False)
