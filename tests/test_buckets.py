@@ -114,7 +114,7 @@ def test_bucket_shapes_cover_every_length_with_at_most_the_asked_programs():
   for n, (tokens, outputs) in shapes.items():
     assert tokens >= data.sequence_length(task, n) and outputs >= task.output_length(n)
   assert shapes[40] == (80, 40)
-  config = tiny_config(max_length=40)
+  config = tiny_config(max_length=40, max_programs=0)
   assert data.training_shapes(task, config) is None  # max_programs = 0: exact shapes.
   config.training.max_programs = 4
   assert data.training_shapes(task, config) == shapes

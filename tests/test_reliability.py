@@ -26,6 +26,7 @@ TINY_FLAGS = [
     "--config.model.widening_factor=2", "--config.model.max_position=64",
     "--config.training.batch_size=8", "--config.training.learning_rate=1e-3",
     "--config.training.max_length=3", "--config.training.prefetch=2",
+    "--config.training.max_programs=1",  # As tests.test_training.tiny_config: one program.
     "--config.evaluation.max_length=6", "--config.evaluation.batch_size=8",
     "--config.evaluation.max_buckets=2", "--config.progress=False",
 ]
@@ -100,7 +101,7 @@ def test_identity_steps_and_missing_config_are_refused_without_writing(tmp_path)
 
 
 def test_settings_that_cannot_change_results_are_not_identity():
-  config = tiny_config(steps=4).to_dict()
+  config = tiny_config(steps=4, max_programs=0).to_dict()  # max_programs at its default.
   other = copy.deepcopy(config)
   other["training"].update(steps=9, prefetch=1, log_every=1, checkpoint_every=1)
   other["progress"] = True

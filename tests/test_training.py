@@ -28,8 +28,11 @@ def tiny_config(**training):
   config.model.pe = "randomized_relative"
   config.model.update(num_layers=1, num_heads=2, d_model=16, widening_factor=2,
                       max_position=64)
+  # max_programs=1: lengths 1..max_length padded to one shape, so each test compiles one
+  # training program instead of one per length (padded = unpadded: tests/test_buckets.py).
+  # Tests of the exact-lengths path ask for max_programs=0.
   config.training.update(steps=4, batch_size=8, learning_rate=1e-3, max_length=3,
-                         log_every=2, checkpoint_every=2, prefetch=2)
+                         log_every=2, checkpoint_every=2, prefetch=2, max_programs=1)
   config.training.update(training)
   config.evaluation.update(max_length=6, batch_size=8, max_buckets=2)
   config.progress = False
@@ -188,7 +191,8 @@ def count_step_traces(monkeypatch) -> list:
 
 def test_training_compiles_one_program_per_length(tmp_path, monkeypatch):
   traces = count_step_traces(monkeypatch)
-  config = tiny_config(steps=16, max_length=4, log_every=16, checkpoint_every=16)
+  config = tiny_config(steps=16, max_length=4, log_every=16, checkpoint_every=16,
+                       max_programs=0)
   config.evaluation.max_length = 2
   loop.train_and_evaluate(config, str(tmp_path / "run"))
   lengths_seen = {data.data_for_step(tasks.get("reverse_string"), config, s)["tokens"].shape
@@ -223,7 +227,8 @@ loop.train_and_evaluate(config, {str(tmp_path / 'two')!r})
 config.grid.seeds = (0, 1)  # Two models: the models axis is split over the devices.
 loop.train_and_evaluate(config, {str(tmp_path / 'two_grid')!r})
 """
-  env = {**ENV, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+  env = {**ENV, "XLA_FLAGS": " ".join(
+      [ENV.get("XLA_FLAGS", ""), "--xla_force_host_platform_device_count=2"]).strip()}
   out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=300)
   assert out.returncode == 0, out.stderr[-3000:]
