@@ -41,9 +41,10 @@ import json
 import os
 import pickle
 import sys
-import tempfile
 import zlib
 from typing import Any, Callable, Mapping, Optional
+
+from experiments import io_utils
 
 ENV = "RANDOMIZED_PE_COMPILATION_CACHE"
 OFF = ("0", "off", "false", "no", "none")
@@ -324,16 +325,12 @@ def _write(path: str, compiled) -> None:
     blob = zlib.compress(pickle.dumps(serialize_executable.serialize(compiled)), 1)
   except (ValueError, NotImplementedError, TypeError, pickle.PicklingError):
     return  # This program cannot be serialized (e.g. closed-over arrays): JAX's cache only.
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  handle, temporary = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".partial")
   try:
-    with os.fdopen(handle, "wb") as f:
-      f.write(blob)
-    os.replace(temporary, path)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    io_utils.atomic_write_bytes(path, blob, durable=False)  # A lost file is compiled again.
     _events["executables_written"] += 1
   except OSError:
-    if os.path.exists(temporary):
-      os.remove(temporary)
+    pass  # A full or read-only disk costs a compile next time, not this run.
 
 
 _foreign_noted = False

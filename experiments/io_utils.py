@@ -1,4 +1,4 @@
-"""Atomic file writes and careful reads of the JSON files of a run.
+"""Atomic file writes (results, compiled executables) and careful reads of a run's JSON files.
 
 A killed run never leaves a truncated file behind; results get ordinary permissions
 (0666 less the umask, like any file the user creates), not the 0600 of a temporary
@@ -21,21 +21,29 @@ def _umask() -> int:
   return mask
 
 
-def atomic_write_text(path: str, text: str) -> None:
-  """Writes `text` to `path` via a temporary file in the same folder and a rename."""
+def atomic_write_bytes(path: str, data: bytes, durable: bool = True) -> None:
+  """Writes `data` to `path` via a temporary file in the same folder and a rename, so a
+  reader sees the old file or the whole new one. durable: fsync before the rename (a
+  crash keeps the old file or the new one); False for files that can be made again."""
   folder = os.path.dirname(os.path.abspath(path))
   fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp_" + os.path.basename(path))
   try:
     os.fchmod(fd, 0o666 & ~_umask())
-    with os.fdopen(fd, "w") as f:
-      f.write(text)
-      f.flush()
-      os.fsync(f.fileno())
+    with os.fdopen(fd, "wb") as f:
+      f.write(data)
+      if durable:
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
   except BaseException:
     if os.path.exists(tmp):
       os.remove(tmp)
     raise
+
+
+def atomic_write_text(path: str, text: str) -> None:
+  """`atomic_write_bytes` of `text` in UTF-8."""
+  atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def write_json(path: str, data) -> None:

@@ -182,6 +182,24 @@ def test_an_os_error_while_saving_is_one_line_and_keeps_the_last_checkpoint(
   assert loop.restore_state(run, config).step.tolist() == [2]
 
 
+def test_an_atomic_write_that_fails_keeps_the_old_file_and_leaves_no_temporary(
+    tmp_path, monkeypatch):
+  path = str(tmp_path / "result.bin")
+  io_utils.atomic_write_bytes(path, b"old")
+  io_utils.atomic_write_text(path + ".txt", "caf\u00e9\n")
+  assert open(path + ".txt", encoding="utf-8").read() == "caf\u00e9\n"
+
+  def failing_replace(src, dst):
+    raise OSError(28, "No space left on device")
+
+  monkeypatch.setattr(os, "replace", failing_replace)
+  for durable in (True, False):
+    with pytest.raises(OSError, match="No space left"):
+      io_utils.atomic_write_bytes(path, b"new", durable=durable)
+  assert open(path, "rb").read() == b"old"
+  assert sorted(os.listdir(tmp_path)) == ["result.bin", "result.bin.txt"]
+
+
 def test_corrupt_files_are_named(tmp_path):
   path = tmp_path / "eval.json"
   path.write_text('{"step": 4, "accuracy": [0.5')
