@@ -169,10 +169,35 @@ def data_seed(config) -> int:
   return config.seed if config.data_seed < 0 else config.data_seed
 
 
-def step_key(config, step: int) -> jax.Array:
-  """The data key of training step `step`: a function of (data seed, step) only."""
-  return jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(data_seed(config)), _DATA),
-                            step)
+# Data keys are made in blocks of this many steps by one program: made one step at a time,
+# their few eager JAX operations queue behind the training step running on the same
+# device, so the batch prefetcher waited for every step to finish before it could make
+# the next batch (the demo lost ~20% of its steps/s to that).
+_KEY_BLOCK = 1024
+
+
+@functools.lru_cache(maxsize=16)
+def _step_key_block(seed: int, block: int) -> np.ndarray:
+  """uint32 [_KEY_BLOCK, 2, 2]: for each step of the block, its raw data key and the key
+  of its batch (`fold_in(key, 1)`), exactly as jax.random computes them one by one."""
+  base = jax.random.fold_in(jax.random.PRNGKey(seed), _DATA)
+
+  def keys(step):
+    key = jax.random.fold_in(base, step)
+    return jax.numpy.stack([key, jax.random.fold_in(key, 1)])
+
+  steps = np.arange(block * _KEY_BLOCK, (block + 1) * _KEY_BLOCK, dtype=np.uint32)
+  return np.asarray(jax.jit(jax.vmap(keys))(steps))
+
+
+def step_keys(config, step: int) -> tuple[np.ndarray, np.ndarray]:
+  """The raw data key (uint32 [2]) of training step `step` and the key of its batch: a
+  function of (data seed, step) only, equal to `fold_in(fold_in(PRNGKey(data seed),
+  _DATA), step)` and its `fold_in(., 1)`."""
+  if not 0 <= step < 2**32:
+    raise ValueError(f"step must be in [0, 2**32), got {step}")
+  block = _step_key_block(data_seed(config), step // _KEY_BLOCK)
+  return block[step % _KEY_BLOCK, 0], block[step % _KEY_BLOCK, 1]
 
 
 def data_for_step(task, config, step: int, shapes=None) -> dict[str, np.ndarray]:
@@ -181,9 +206,9 @@ def data_for_step(task, config, step: int, shapes=None) -> dict[str, np.ndarray]
   With `shapes` (`training_shapes`), padded to its length's bucket.
   """
   t = config.training
-  key = step_key(config, step)
+  key, batch_key = step_keys(config, step)
   length = int(tasks_lib.base.numpy_rng(key).integers(t.min_length, t.max_length + 1))
-  batch = make_batch(task, jax.random.fold_in(key, 1), t.batch_size, length)
+  batch = make_batch(task, batch_key, t.batch_size, length)
   if shapes is None:
     return batch
   tokens, outputs = shapes[length]

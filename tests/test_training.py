@@ -265,3 +265,20 @@ def test_bad_input_exits_2_with_one_line_and_no_files(tmp_path, args, message):
   assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], out.stderr
   assert not workdir.exists()
 
+
+
+def test_step_keys_equal_the_keys_jax_random_makes_one_step_at_a_time():
+  # The data keys come in blocks from one program (so making a batch needs no device
+  # work); they must be the keys the per-step formula gives, or every run's data changes.
+  for seed, data_seed in ((0, -1), (3, 7)):
+    config = tiny_config()
+    config.seed, config.data_seed = seed, data_seed
+    root = jax.random.fold_in(jax.random.PRNGKey(data.data_seed(config)), 0x646174)
+    for step in (0, 1, 5, 1023, 1024, 1025, 2_000_000, 2**32 - 1):
+      key, batch_key = data.step_keys(config, step)
+      want = jax.random.fold_in(root, step)
+      assert key.dtype == np.uint32 and key.shape == (2,)
+      np.testing.assert_array_equal(key, np.asarray(want))
+      np.testing.assert_array_equal(batch_key, np.asarray(jax.random.fold_in(want, 1)))
+  with pytest.raises(ValueError, match="step must be in"):
+    data.step_keys(config, -1)
