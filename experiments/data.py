@@ -176,18 +176,21 @@ def data_seed(config) -> int:
 _KEY_BLOCK = 1024
 
 
+@jax.jit
+def _fold_in_steps(base, steps):
+  def keys(step):
+    key = jax.random.fold_in(base, step)
+    return jax.numpy.stack([key, jax.random.fold_in(key, 1)])
+  return jax.vmap(keys)(steps)
+
+
 @functools.lru_cache(maxsize=16)
 def _step_key_block(seed: int, block: int) -> np.ndarray:
   """uint32 [_KEY_BLOCK, 2, 2]: for each step of the block, its raw data key and the key
   of its batch (`fold_in(key, 1)`), exactly as jax.random computes them one by one."""
   base = jax.random.fold_in(jax.random.PRNGKey(seed), _DATA)
-
-  def keys(step):
-    key = jax.random.fold_in(base, step)
-    return jax.numpy.stack([key, jax.random.fold_in(key, 1)])
-
   steps = np.arange(block * _KEY_BLOCK, (block + 1) * _KEY_BLOCK, dtype=np.uint32)
-  return np.asarray(jax.jit(jax.vmap(keys))(steps))
+  return np.asarray(_fold_in_steps(base, steps))
 
 
 def step_keys(config, step: int) -> tuple[np.ndarray, np.ndarray]:
