@@ -58,10 +58,11 @@ def get_config(arg=None):
   # Training programs: 0 compiles one per training length (the paper's exact shapes);
   # N > 0 pads each batch to one of at most N bucket sizes (the same loss and updates,
   # fewer compilations; experiments/data.py). 0 here because of the figures of
-  # `python -m experiments.benchmark --sections=buckets` (this model, lengths 1..40, one
-  # run on a 2-core CPU): 8 programs compile in 16% of the exact time but step 13.5%
-  # slower, 4 programs 8% and 20% slower; over the paper's 2M steps the slower steps cost
-  # far more than the ~25 minutes of compiling saved. Short CPU runs gain (configs/su.py).
+  # `python -m experiments.benchmark --sections=buckets` (this model, lengths 1..40, a
+  # 2-core CPU; docs/benchmark.md): 8 programs compile in 16-22% of the exact time but
+  # step 8-13.5% slower, 4 programs in 8-11% and 20-21% slower; over the paper's 2M steps
+  # (about 12 days at 1.9 steps/s) the slower steps cost far more than the 7-25 minutes of
+  # compiling saved. Short CPU runs gain (configs/small.py, configs/demo.py).
   config.training.max_programs = 0
   # The position sampler of training (randomized_pe.samplers.names(), e.g. "unsorted"
   # for the paper's Table 3); "": the encoding's own (arange, or randomized for
