@@ -7,6 +7,7 @@ system, a damaged file, a diverged loss) exit with 1, an interruption with 130.
 """
 from __future__ import annotations
 
+import os
 import re
 import sys
 from typing import Callable, NoReturn, Sequence
@@ -70,6 +71,45 @@ def config_error_message(error: BaseException, argv: Sequence[str] = ()) -> str:
   if isinstance(error, AttributeError) and "get_config" in str(error):
     return "the config file has no get_config() function"
   return f"bad config: {one_line(error)}"
+
+
+# A setting the grid replaces: (setting, the grid's setting, when the grid shadows it).
+SHADOWED = (
+    ("training.learning_rate", "grid.learning_rates", lambda config: True),
+    # With data_seed -1 `seed` still seeds the training data; otherwise it decides nothing.
+    ("seed", "grid.seeds", lambda config: config.data_seed != -1),
+)
+
+
+def overridden(argv: Sequence[str], flag: str = "config") -> set[str]:
+  """The settings given on the command line as --FLAG.SETTING=VALUE (or without '=')."""
+  out = set()
+  for arg in argv:
+    name = arg.split("=", 1)[0]
+    if name.startswith(f"--{flag}."):
+      out.add(name[len(flag) + 3:])
+  return out
+
+
+def check_shadowed(config, argv: Sequence[str], flag: str = "config") -> None:
+  """ValueError for a setting given on the command line that the config's grid replaces
+  (it would be stored in config.json but change nothing)."""
+  given = overridden(argv, flag)
+  for setting, grid_setting, shadowed in SHADOWED:
+    grid = config
+    for part in grid_setting.split("."):
+      grid = grid[part]
+    if setting in given and tuple(grid) and shadowed(config):
+      raise ValueError(
+          f"--{flag}.{setting} has no effect: {grid_setting}={tuple(grid)!r} sets it for "
+          f"every model of the run; set --{flag}.{grid_setting} instead, or "
+          f"--{flag}.{grid_setting}='()' to use {setting}")
+
+
+def check_folder(path: str | None, flag: str) -> None:
+  """ValueError if `path`, the folder of --FLAG, exists as something else (a file)."""
+  if path and os.path.exists(path) and not os.path.isdir(path):
+    raise ValueError(f"--{flag}={path} is a file, not a folder; use another --{flag}")
 
 
 def define_config(name: str, default: str, help_text: str):

@@ -751,6 +751,9 @@ def write_report(sweep_dir: str, out_dir: str | None = None, kind: str = "auto")
   returns its tables, its kind, the text to print and out_dir."""
   if kind not in KINDS:
     raise ValueError(f"unknown report kind {kind!r}; valid choices: {', '.join(KINDS)}")
+  from experiments import cli  # pylint: disable=import-outside-toplevel
+
+  cli.check_folder(sweep_dir, "sweep_dir")
   if not os.path.isdir(sweep_dir):
     raise ValueError(f"no sweep folder at {sweep_dir}")
   results = load_sweep(sweep_dir)

@@ -436,6 +436,8 @@ def run_sweep(config: ml_collections.ConfigDict, sweep_dir: str, executor: str =
   differences named, or with rerun_changed is moved aside (FOLDER.replaced-TIME) and
   run again.
   """
+  from experiments import cli  # pylint: disable=import-outside-toplevel
+
   if executor not in EXECUTORS:
     raise ValueError(f"unknown executor {executor!r}; valid choices: {', '.join(EXECUTORS)}")
   for name, value, low in [("--workers", workers, 1), ("--max_retries", max_retries, 0),
@@ -447,6 +449,7 @@ def run_sweep(config: ml_collections.ConfigDict, sweep_dir: str, executor: str =
       import ray  # pylint: disable=import-outside-toplevel,unused-import
     except ImportError:
       raise ValueError("the ray executor needs Ray: pip install -e .[cluster]") from None
+  cli.check_folder(sweep_dir, "sweep_dir")
   jobs = make_jobs(config, sweep_dir)
   todo, notes = [], []
   for job in jobs:
@@ -490,6 +493,7 @@ def main(argv):
     cli.fail("the config has no `sweep` section (tasks and encodings); "
              "use e.g. --config=configs/table1.py")
   try:
+    cli.check_shadowed(config, sys.argv)
     progress = run_sweep(config, _SWEEP_DIR.value, _EXECUTOR.value, _WORKERS.value,
                          _RAY_ADDRESS.value, _GPUS.value, _RETRIES.value,
                          rerun_changed=_RERUN_CHANGED.value)

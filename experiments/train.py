@@ -49,10 +49,12 @@ def main(argv):
     if _PE.value is not None:
       config.model.pe = _PE.value
     validation.validate(config, jax.device_count())
+    cli.check_shadowed(config, sys.argv)
+    workdir = _WORKDIR.value or os.path.join(
+        "runs", f"{config.task}-{config.model.pe}-seed{config.seed}")
+    cli.check_folder(workdir, "workdir")
   except (ValueError, TypeError) as e:
     cli.fail(cli.one_line(e))
-  workdir = _WORKDIR.value or os.path.join(
-      "runs", f"{config.task}-{config.model.pe}-seed{config.seed}")
   try:
     compile_cache.enable(config.compilation_cache)
   except OSError as e:

@@ -9,6 +9,9 @@ be >= 1, got 0".
 """
 from __future__ import annotations
 
+import ast
+import math
+
 import ml_collections
 
 from experiments import data
@@ -39,15 +42,27 @@ def int32():
 
 
 def each(rule):
+  """A tuple of distinct values each passing `rule` (a grid's members: a value given twice
+  would train the same model twice)."""
   check, phrase = rule
-  return ((lambda v: isinstance(v, (tuple, list)) and all(check(x) for x in v)),
-          f"a tuple of values each {phrase}")
+
+  def tuple_check(v):
+    return (isinstance(v, (tuple, list)) and all(check(x) for x in v)
+            and len(set(v)) == len(v))
+
+  tuple_check.element_check = check
+  return tuple_check, f"a tuple of distinct values each {phrase}"
+
+
+def seed_or_minus_one():
+  return ((lambda v: int32()[0](v) and (v >= 0 or v == -1)),
+          f"an integer in [0, {_INT32[1]}], or -1 (the same as seed)")
 
 
 # setting -> (predicate, what the setting must be).
 RULES = {
     "seed": int32(),
-    "data_seed": int32(),  # -1: the same as seed.
+    "data_seed": seed_or_minus_one(),
     "training.steps": at_least(1),
     "training.batch_size": at_least(1),
     "training.learning_rate": positive(),
@@ -76,16 +91,90 @@ def _get(config, path: str):
   return node
 
 
+def _elements(value):
+  """The elements of a tuple setting as the command line gave it: a tuple flag whose text
+  is not a Python literal (e.g. '(0.001,inf)') arrives as one string; it is split into
+  its elements, each read as a number where it is one, so a message names the element."""
+  if isinstance(value, (tuple, list)) and len(value) == 1 and isinstance(value[0], str):
+    value = value[0]
+  if not isinstance(value, str):
+    return value
+  text = value.strip()
+  if text[:1] in "([" and text[-1:] in ")]":
+    text = text[1:-1]
+  out = []
+  for part in (p.strip() for p in text.split(",") if p.strip()):
+    try:
+      out.append(ast.literal_eval(part))
+    except (ValueError, SyntaxError):
+      try:
+        out.append(float(part))  # inf, nan: numbers, refused as not finite.
+      except ValueError:
+        out.append(part)
+  return tuple(out)
+
+
+def _numbers(value, path):
+  """(path, number) of every number in a setting (tuple elements too)."""
+  if isinstance(value, (tuple, list)):
+    for x in value:
+      yield from _numbers(x, path)
+  elif _number(value):
+    yield path, value
+
+
+def _walk(node, prefix=""):
+  for key, value in node.items():
+    if isinstance(value, (ml_collections.ConfigDict, dict)):
+      yield from _walk(value, f"{prefix}{key}.")
+    else:
+      yield f"{prefix}{key}", value
+
+
+def check_finite(config: ml_collections.ConfigDict) -> None:
+  """Raises ValueError naming the first setting (of any section: model, training, ...)
+  holding an infinite or NaN number; the range of each is its own rule's."""
+  for path, value in _walk(config):
+    for _, x in _numbers(_elements(value), path):
+      if not math.isfinite(x):
+        element = "" if not isinstance(value, (tuple, list, str)) else f" (the element {x!r})"
+        raise ValueError(f"{path} must be a finite number, got {_shown(value)}{element}")
+
+
+def _shown(value):
+  if isinstance(value, (tuple, list)) and len(value) == 1 and isinstance(value[0], str):
+    return value[0]
+  return repr(value)
+
+
 def check_rules(config: ml_collections.ConfigDict, rules=None) -> None:
   """Raises ValueError for the first setting of `rules` (default RULES) that breaks its
-  rule."""
+  rule, or for any setting holding an infinite or NaN number."""
+  check_finite(config)
   for path, (check, phrase) in (rules or RULES).items():
     try:
       value = _get(config, path)
     except KeyError:
       raise ValueError(f"the config has no setting {path}") from None
-    if not check(value):
-      raise ValueError(f"{path} must be {phrase}, got {value!r}")
+    elements = _elements(value)
+    if not check(elements):
+      bad = ""
+      if isinstance(elements, (tuple, list)):
+        element_check = getattr(check, "element_check", lambda x: True)
+        wrong = [x for x in elements if not element_check(x)]
+        repeated = [x for i, x in enumerate(elements) if x in elements[:i]]
+        if wrong:
+          bad = f" (the element {wrong[0]!r})"
+        elif repeated:
+          bad = f" ({repeated[0]!r} is given twice)"
+      raise ValueError(f"{path} must be {phrase}, got {_shown(value)}{bad}")
+    if elements is not value and isinstance(value, (tuple, list)):
+      _set(config, path, tuple(elements))  # A tuple given as text: its elements.
+
+
+def _set(config, path: str, value) -> None:
+  parent, _, name = path.rpartition(".")
+  (_get(config, parent) if parent else config)[name] = value
 
 
 def validate(config: ml_collections.ConfigDict, device_count: int = 1) -> None:
