@@ -1,0 +1,53 @@
+"""The learning-speed study behind `scale=cpu` (issue 25, docs/cpu_protocol.md).
+
+  python -m experiments.sweep --config=configs/cpu_study.py --sweep_dir=results/cpu_study
+  python -m experiments.report --sweep_dir=results/cpu_study
+
+Which settings let both `relative` and `randomized_relative` learn the paper's seven
+tasks with the largest randomized gains (>= 95% on the training lengths) on a 2-core CPU,
+and does the paper's gain on unseen lengths show there? One job per (task, setting,
+encoding), one seed each; every job evaluates every `evaluation.every_steps` steps, so
+metrics.jsonl holds the learning curve (training-length and unseen-length accuracy
+against steps and training seconds).
+
+Settings (variant names SETTING-ENCODING):
+  A  the paper's model (5 layers, d_model 64, 8 heads, dropout 0.1), lengths 1..12, test
+     13..48, L = 256, batch 128, constant learning rate 5e-4 (DESIGN.md §10: learns
+     missing_duplicate_string's training lengths by step 1,500), 6,000 steps.
+Finished jobs' small files are committed under results/cpu_study/, so the sweep resumes
+from a fresh clone; checkpoints are never committed (.gitignore).
+"""
+import ml_collections
+
+from configs import default
+
+TASKS = ("reverse_string", "missing_duplicate_string", "duplicate_string",
+         "stack_manipulation", "odds_first", "cycle_navigation", "bucket_sort")
+ENCODINGS = ("relative", "randomized_relative")
+
+# name -> dotted overrides shared by both encodings of the setting.
+SETTINGS = {
+    "A": {
+        "model.max_position": 256,
+        "training.steps": 6000, "training.batch_size": 128,
+        "training.learning_rate": 5e-4, "training.max_length": 12,
+        "training.max_programs": 2, "training.log_every": 250,
+        "training.checkpoint_every": 1000,
+        "evaluation.max_length": 48, "evaluation.batch_size": 128,
+        "evaluation.max_buckets": 4, "evaluation.every_steps": 1000,
+        "evaluation.periodic_batch_size": 64,
+    },
+}
+
+
+def get_config(arg=None):
+  del arg
+  config = default.get_config()
+  config.sweep = ml_collections.ConfigDict()
+  config.sweep.tasks = TASKS
+  config.sweep.encodings = ()
+  config.sweep.variants = tuple(
+      (f"{name}-{pe}", {**overrides, "model.pe": pe})
+      for name, overrides in SETTINGS.items() for pe in ENCODINGS)
+  config.progress = False
+  return config
