@@ -62,7 +62,7 @@ def get_config(arg=None):
   # 2-core CPU; docs/benchmark.md): 8 programs compile in 16-22% of the exact time but
   # step 8-13.5% slower, 4 programs in 8-11% and 20-21% slower; over the paper's 2M steps
   # (about 12 days at 1.9 steps/s) the slower steps cost far more than the 7-25 minutes of
-  # compiling saved. Short CPU runs gain (configs/small.py, configs/demo.py).
+  # compiling saved. Short CPU runs gain (configs/scales.py, configs/demo.py).
   config.training.max_programs = 0
   # The position sampler of training (randomized_pe.samplers.names(), e.g. "unsorted"
   # for the paper's Table 3); "": the encoding's own (arange, or randomized for

@@ -18,7 +18,7 @@ and tabulates steps/s and the seconds each needs to reach given accuracies.
 
 Full scale: the paper's protocol (configs/default.py, compat="release"), 10 seeds x 3
 learning rates, evaluation every 10,000 steps on 100 sequences per length.
-Small scale (configs/small.py): lengths up to 8 against up to 24, test lengths 9..24,
+Small scale (configs/scales.py): lengths up to 8 against up to 24, test lengths 9..24,
 1,500 steps, evaluation every 100 steps on 32 sequences per length, 3 seeds; at most 4
 training programs each (the long model's steps then cost what its lengths cost, not
 its longest length's).
@@ -26,10 +26,10 @@ its longest length's).
 import ml_collections
 
 from configs import default
-from configs import small
+from configs import scales
 from configs import table1
 
-SCALES = small.SCALES
+SCALES = scales.SCALES
 
 
 def variants(short, long):
@@ -41,7 +41,7 @@ def variants(short, long):
 
 
 def get_config(arg=None):
-  scale = small.scale(arg)
+  scale = scales.parse(arg)
   # The paper's protocol as configs/table1.py: compat="release", 10 seeds x 3 rates.
   config = table1.get_config()
   config.sweep = ml_collections.ConfigDict()
@@ -51,8 +51,12 @@ def get_config(arg=None):
   config.sweep.report = "figure2"
   config.evaluation.update(min_length=41, every_steps=10_000, periodic_batch_size=100)
   if scale == "small":
-    small.apply(config)
+    scales.apply_small(config)
     config.sweep.variants = variants(8, 24)
     config.training.update(steps=1500, max_programs=4, checkpoint_every=500)
     config.evaluation.update(min_length=9, every_steps=100, periodic_batch_size=32)
+  elif scale == "cpu":
+    scales.apply_cpu(config)
+    config.sweep.variants = variants(scales.CPU_MAX_LENGTH, scales.CPU_TEST_LENGTH)
+    config.evaluation.update(min_length=scales.CPU_MAX_LENGTH + 1, every_steps=500)
   return config

@@ -14,7 +14,7 @@ exceeds the longest test sequence and is not much larger.
 
 Full scale: the paper's protocol (configs/default.py: 5 layers, 2,000,000 steps, lengths
 1..40, test 41..500, compat="release" as configs/table1.py), L in 1024, 2048, 4096, 8192,
-10 seeds x 3 learning rates. Small scale (configs/small.py): test sequences up to 49
+10 seeds x 3 learning rates. Small scale (configs/scales.py): test sequences up to 49
 tokens (missing_duplicate_string at length 24), L in 64, 128, 256, 512, 1024: from just
 above the longest test sequence to 20 times it (the paper's L spans 1-8 times its
 longest test sequence of about 1,000 tokens), 3 seeds, 1,000 steps.
@@ -22,13 +22,15 @@ longest test sequence of about 1,000 tokens), 3 seeds, 1,000 steps.
 import ml_collections
 
 from configs import default
-from configs import small
+from configs import scales
 from configs import table1
 
-SCALES = small.SCALES
+SCALES = scales.SCALES
 TASKS = ("reverse_string", "missing_duplicate_string")
 FULL_L = (1024, 2048, 4096, 8192)
 SMALL_L = (64, 128, 256, 512, 1024)
+# cpu: from just above the longest test sequence (96 tokens: reverse_string at 48) to 21x.
+CPU_L = (128, 256, 512, 1024, 2048)
 
 
 def variants(values):
@@ -36,7 +38,7 @@ def variants(values):
 
 
 def get_config(arg=None):
-  scale = small.scale(arg)
+  scale = scales.parse(arg)
   # The paper's protocol as configs/table1.py: compat="release", 10 seeds x 3 rates.
   config = table1.get_config()
   config.model.pe = "randomized_relative"
@@ -46,7 +48,10 @@ def get_config(arg=None):
   config.sweep.variants = variants(FULL_L)
   config.sweep.report = "figure3"
   if scale == "small":
-    small.apply(config)
+    scales.apply_small(config)
     config.sweep.variants = variants(SMALL_L)
     config.training.update(steps=1000, checkpoint_every=500)
+  elif scale == "cpu":
+    scales.apply_cpu(config)
+    config.sweep.variants = variants(CPU_L)
   return config

@@ -43,9 +43,9 @@ not measured. The first measurement, with 3 training and 4 evaluation programs, 
 import ml_collections
 
 from configs import default
-from configs import small
+from configs import scales
 
-SCALES = small.SCALES
+SCALES = scales.SCALES
 TASKS = ("reverse_string", "duplicate_string", "missing_duplicate_string", "even_pairs",
          "bucket_sort", "odds_first")
 LOG_N = {"model.log_n_scaling": True}
@@ -69,7 +69,7 @@ VARIANTS = (
 )
 
 def get_config(arg=None):
-  scale = small.scale(arg)
+  scale = scales.parse(arg)
   config = default.get_config()
   config.grid.seeds = tuple(range(10))
   config.grid.learning_rates = (1e-4, 3e-4, 5e-4)
@@ -79,5 +79,8 @@ def get_config(arg=None):
   config.sweep.variants = tuple((name, dict(overrides)) for name, overrides in VARIANTS)
   config.progress = False
   if scale == "small":
-    small.apply(config)
+    scales.apply_small(config)
+  elif scale == "cpu":
+    config.sweep.tasks = scales.CPU_TASKS
+    scales.apply_cpu(config)
   return config

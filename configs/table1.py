@@ -8,11 +8,16 @@ Full scale: 15 tasks x the 11 encodings of Table 1, each job a grid of
 test lengths 41..500, L = 2048, compat="release".
 Small scale (a CPU in minutes): 3 tasks x 4 encodings, 2 seeds x 1 learning
 rate, a 2-layer model, 1,000 steps on lengths 1..10, test lengths 11..30.
+CPU scale (configs/scales.py; about an hour a job of 3 seeds on a 2-core CPU): the seven
+tasks of scales.CPU_TASKS x sin_cos, relative, rope and their randomized twins, the
+paper's model at the protocol where it learns the training lengths.
+
+  python -m experiments.sweep --config=configs/table1.py:scale=cpu --sweep_dir=results/table1_cpu
 """
 import ml_collections
 
 from configs import default
-from configs import small
+from configs import scales
 
 PAPER_ENCODINGS = [
     "none", "sin_cos", "relative", "alibi", "rope", "learned",
@@ -25,11 +30,14 @@ PAPER_TASKS = [
     "duplicate_string", "missing_duplicate_string", "odds_first", "binary_addition",
     "binary_multiplication", "compute_sqrt", "bucket_sort",
 ]
-SCALES = small.SCALES
+SCALES = scales.SCALES
+# The Table 1 core of the cpu scale: three families and their randomized twins.
+CPU_ENCODINGS = ("sin_cos", "relative", "rope",
+                 "randomized_sin_cos", "randomized_relative", "randomized_rope")
 
 
 def get_config(arg=None):
-  scale = small.scale(arg)
+  scale = scales.parse(arg)
   config = default.get_config()
   config.model.compat = "release"
   config.grid.seeds = tuple(range(10))
@@ -48,4 +56,8 @@ def get_config(arg=None):
     config.training.update(steps=1000, batch_size=64, max_length=10, log_every=250,
                            checkpoint_every=500)
     config.evaluation.update(max_length=30, batch_size=64, max_buckets=6)
+  elif scale == "cpu":
+    config.sweep.tasks = scales.CPU_TASKS
+    config.sweep.encodings = CPU_ENCODINGS
+    scales.apply_cpu(config)
   return config

@@ -16,15 +16,15 @@ unsorted column of Table 3 and the sorted one, which the paper takes from Table 
 
 Full scale: the paper's protocol as configs/table1.py (15 tasks, compat="release",
 10 seeds x 3 learning rates, 2,000,000 steps, lengths 1..40, test 41..500, L = 2048).
-Small scale (configs/small.py; minutes on a 2-core CPU): reverse_string, even_pairs and
+Small scale (configs/scales.py; minutes on a 2-core CPU): reverse_string, even_pairs and
 missing_duplicate_string, 3 seeds x 1 learning rate, 1,000 steps.
 """
 import ml_collections
 
-from configs import small
+from configs import scales
 from configs import table1
 
-SCALES = small.SCALES
+SCALES = scales.SCALES
 VARIANTS = (
     ("sorted", {"model.pe": "randomized_sin_cos"}),
     ("unsorted", {"model.pe": "randomized_sin_cos", "training.positions": "unsorted"}),
@@ -33,7 +33,7 @@ SMALL_TASKS = ("reverse_string", "even_pairs", "missing_duplicate_string")
 
 
 def get_config(arg=None):
-  scale = small.scale(arg)
+  scale = scales.parse(arg)
   # The paper's protocol as configs/table1.py: compat="release", 10 seeds x 3 rates.
   config = table1.get_config()
   config.sweep = ml_collections.ConfigDict()
@@ -42,7 +42,10 @@ def get_config(arg=None):
   config.sweep.variants = tuple((name, dict(overrides)) for name, overrides in VARIANTS)
   config.sweep.report = "table3"
   if scale == "small":
-    small.apply(config)
+    scales.apply_small(config)
     config.sweep.tasks = SMALL_TASKS
     config.training.update(steps=1000, checkpoint_every=500)
+  elif scale == "cpu":
+    config.sweep.tasks = scales.CPU_TASKS
+    scales.apply_cpu(config)
   return config

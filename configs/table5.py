@@ -30,18 +30,18 @@ the paper's Table 5 Geometric column and the best of its Tables 1 and 4.
 """
 import ml_collections
 
-from configs import small
+from configs import scales
 from configs import table1
 
 ENCODINGS = ("geometric", "randomized_geometric")
 SMALL_TASKS = ("modular_arithmetic", "even_pairs", "reverse_string", "missing_duplicate_string",
                "bucket_sort", "odds_first")
 SMALL_BASELINES = ("randomized_relative",)
-SCALES = small.SCALES
+SCALES = scales.SCALES
 
 
 def get_config(arg=None):
-  scale = small.scale(arg)
+  scale = scales.parse(arg)
   config = table1.get_config("scale=full")  # The paper's protocol, compat="release".
   config.sweep = ml_collections.ConfigDict()
   config.sweep.tasks = tuple(table1.PAPER_TASKS)
@@ -50,5 +50,8 @@ def get_config(arg=None):
   if scale == "small":
     config.sweep.tasks = SMALL_TASKS
     config.sweep.encodings = ENCODINGS + SMALL_BASELINES
-    small.apply(config)
+    scales.apply_small(config)
+  elif scale == "cpu":
+    config.sweep.tasks = scales.CPU_TASKS
+    scales.apply_cpu(config)
   return config

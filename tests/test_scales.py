@@ -1,0 +1,76 @@
+"""configs/scales.py: the scales of the experiment configs, defined in one place (issue 25).
+
+The snapshot tests/data/job_configs.json.gz holds every job config of every experiment at
+`full` and `small` as the commit before the `cpu` scale made them (ad5efe6); a change that
+alters one of them on purpose must regenerate it and say why in its commit.
+"""
+import gzip
+import importlib
+import json
+import os
+
+import ml_collections
+import pytest
+
+from configs import scales
+from experiments import sweep
+from experiments import validation
+
+EXPERIMENTS = ("table1", "table3", "table5", "figure2", "figure3", "su")
+SNAPSHOT = os.path.join(os.path.dirname(__file__), "data", "job_configs.json.gz")
+
+
+def _jobs(name, scale):
+  module = importlib.import_module(f"configs.{name}")
+  return sweep.make_jobs(module.get_config(f"scale={scale}"), "/SWEEP")
+
+
+@pytest.fixture(scope="module")
+def snapshot():
+  with gzip.open(SNAPSHOT, "rt") as f:
+    return json.load(f)
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+@pytest.mark.parametrize("scale", ("full", "small"))
+def test_full_and_small_jobs_are_byte_identical_to_before(name, scale, snapshot):
+  before = snapshot[f"{name}:{scale}"]
+  now = {job.name: job.config for job in _jobs(name, scale)}
+  assert sorted(now) == sorted(before)
+  for job_name, config in now.items():
+    assert (json.dumps(config, sort_keys=True)
+            == json.dumps(before[job_name], sort_keys=True)), job_name
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_cpu_scale_resolves_to_the_protocol(name, tmp_path):
+  jobs = sweep.make_jobs(importlib.import_module(f"configs.{name}").get_config("scale=cpu"),
+                         str(tmp_path))
+  assert jobs and not os.listdir(tmp_path)  # Listing jobs writes nothing.
+  for job in jobs:
+    validation.validate(ml_collections.ConfigDict(job.config))
+    c = job.config
+    assert job.task in scales.CPU_TASKS
+    n, m = c["training"]["max_length"], c["evaluation"]["max_length"]
+    big_l = c["model"]["max_position"]
+    # The issue's protocol: N >= 12, M >= 4N, L >= 4M; the paper's model; >= 3 seeds.
+    if not job.variant.startswith("relative_N"):  # Figure 2's classic model trains to M.
+      assert n >= 12 and m >= 4 * n, job.name
+    if name != "figure3":  # Figure 3 sweeps L itself, from just above the longest sequence.
+      assert big_l >= 4 * m, job.name
+    assert (c["model"]["num_layers"], c["model"]["d_model"], c["model"]["num_heads"]) == (5, 64, 8)
+    assert len(c["grid"]["seeds"]) >= 3 and len(set(c["grid"]["seeds"])) == len(c["grid"]["seeds"])
+    assert c["training"]["steps"] == jobs[0].config["training"]["steps"]
+
+
+def test_cpu_table1_core_is_seven_tasks_by_three_pairs():
+  jobs = _jobs("table1", "cpu")
+  assert {j.task for j in jobs} == set(scales.CPU_TASKS) and len(scales.CPU_TASKS) == 7
+  pes = {j.pe for j in jobs}
+  assert pes == {p for f in ("sin_cos", "relative", "rope") for p in (f, "randomized_" + f)}
+
+
+def test_unknown_scale_is_one_line_naming_the_choices():
+  for name in EXPERIMENTS:
+    with pytest.raises(ValueError, match=r"unknown scale 'huge'; valid choices: full, small, cpu"):
+      importlib.import_module(f"configs.{name}").get_config("scale=huge")
