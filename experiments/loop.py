@@ -20,7 +20,9 @@ evaluation (`experiments.evaluation.for_source`) the parameters.
 """
 from __future__ import annotations
 
+import collections
 import os
+import sys
 import time
 
 import jax
@@ -39,6 +41,59 @@ from experiments import workdir as workdir_lib
 
 class NonFiniteLossError(FloatingPointError):
   pass
+
+
+# Steps dispatched ahead of the host at most: the loop waits for the metrics of the step
+# this many before the newest, so a stop request waits for at most this many steps and
+# the progress counts steps the device has computed, not steps queued.
+MAX_STEPS_AHEAD = 4
+
+
+def _is_terminal(stream) -> bool:
+  try:
+    return stream.isatty()
+  except (AttributeError, ValueError):
+    return False
+
+
+class Progress:
+  """Training progress: a tqdm bar on a terminal; anywhere else (a log file, a pipe) one
+  plain line per log interval, without carriage returns. Counts computed steps."""
+
+  def __init__(self, total: int, initial: int, description: str, enabled: bool,
+               stream=None):
+    self.stream = stream or sys.stderr
+    self.total, self.done, self.description = total, initial, description
+    self.enabled = enabled
+    self.bar = None
+    if enabled and _is_terminal(self.stream):
+      import tqdm  # pylint: disable=import-outside-toplevel
+      self.bar = tqdm.tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True,
+                           desc=description, file=self.stream)
+
+  @property
+  def terminal(self) -> bool:
+    return self.bar is not None
+
+  def computed(self, step: int) -> None:
+    """Steps up to `step` are computed."""
+    if step > self.done:
+      if self.bar is not None:
+        self.bar.update(step - self.done)
+      self.done = step
+
+  def record(self, step: int, loss: float, accuracy: float, steps_per_second: float):
+    self.computed(step)
+    if self.bar is not None:
+      self.bar.set_postfix(loss=f"{loss:.4f}", acc=f"{accuracy:.3f}")
+    elif self.enabled:
+      print(f"{self.description}: step {step}/{self.total} "
+            f"({100 * step / self.total:.0f}%), loss {loss:.4f}, accuracy {accuracy:.3f}, "
+            f"{steps_per_second:.1f} steps/s", file=self.stream, flush=True)
+
+  def close(self) -> None:
+    if self.bar is not None:
+      self.bar.close()
 
 
 class MetricsInterval:
@@ -146,8 +201,6 @@ def _evaluation_params(trainer):
 
 
 def _train_and_evaluate(config, source, workdir, store, devices) -> dict:
-  import tqdm  # pylint: disable=import-outside-toplevel
-
   trainer = steps.build_trainer(config, source.task, devices)
   t = config.training
   io_utils.write_json(os.path.join(workdir, workdir_lib.CONFIG_FILE), config.to_dict())
@@ -170,9 +223,19 @@ def _train_and_evaluate(config, source, workdir, store, devices) -> dict:
   evaluator = evaluation.for_source(source, trainer.model, config,
                                     trainer.batch_sharding if num_models == 1 else None)
   prefetch = data.Prefetcher(source.batch, start, t.steps, t.prefetch, trainer.place)
-  bar = tqdm.tqdm(total=t.steps, initial=start, unit="step", disable=not config.progress,
-                  dynamic_ncols=True, desc=f"{config.task} / {config.model.pe}"
-                  + (f" x {num_models} models" if num_models > 1 else ""))
+  bar = Progress(t.steps, start, f"{config.task} / {config.model.pe}"
+                 + (f" x {num_models} models" if num_models > 1 else ""), config.progress)
+  in_flight = collections.deque()  # (step, metrics) dispatched, not yet known computed.
+
+  def computed(step=None):
+    """Waits for the oldest steps until at most MAX_STEPS_AHEAD are in flight, and for
+    every step up to `step` if given; the progress counts them."""
+    while in_flight and (len(in_flight) > MAX_STEPS_AHEAD
+                         or (step is not None and in_flight[0][0] <= step)):
+      done, metrics = in_flight.popleft()
+      jax.block_until_ready(metrics)
+      bar.computed(done)
+
   interval = MetricsInterval(carry)
   clock = TrainingClock(carry.get("train_seconds", 0.0))
 
@@ -196,12 +259,16 @@ def _train_and_evaluate(config, source, workdir, store, devices) -> dict:
       for step in range(start + 1, t.steps + 1):
         trainer.state, metrics = trainer.step(trainer.state, trainer.seeds, prefetch.next())
         interval.add(metrics)
+        in_flight.append((step, metrics))
+        computed()
         if step % t.log_every == 0 or step == t.steps:
           check_finite(step)
+          computed(step)  # check_finite waited for the state of this step.
           records.append(interval.record(step, unwrap, step % t.log_every == 0))
           io_utils.write_jsonl(metrics_path, records)
-          bar.set_postfix(loss=f"{np.mean(records[-1]['loss']):.4f}",
-                          acc=f"{np.mean(records[-1]['accuracy']):.3f}")
+          bar.record(step, float(np.mean(records[-1]["loss"])),
+                     float(np.mean(records[-1]["accuracy"])),
+                     records[-1]["steps_per_second"])
         if evaluator.due(step):
           jax.block_until_ready(trainer.state)  # The steps so far count as training.
           train_seconds, began = clock.seconds(), time.perf_counter()
@@ -211,7 +278,7 @@ def _train_and_evaluate(config, source, workdir, store, devices) -> dict:
           clock.exclude(time.perf_counter() - began)
         if step % t.checkpoint_every == 0 or step == t.steps:
           save(step)
-        bar.update(1)
+          computed(step)
         signum = stopping.requested()
         if signum is not None and step < t.steps:
           if step % t.checkpoint_every:
@@ -228,7 +295,8 @@ def _train_and_evaluate(config, source, workdir, store, devices) -> dict:
   train_seconds = clock.seconds()
   result = evaluator.final(_evaluation_params(trainer), trainer.members,
                            np.asarray(trainer.state.nonfinite).tolist(),
-                           int(np.asarray(trainer.state.step)[0]), progress=config.progress)
+                           int(np.asarray(trainer.state.step)[0]),
+                           progress=config.progress and bar.terminal)
   result["train_seconds"] = train_seconds
   io_utils.write_json(os.path.join(workdir, "eval.json"), result)
   return result

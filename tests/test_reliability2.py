@@ -2,8 +2,10 @@
 grid shadows, progress lines, reports of unfinished sweeps, a checkpoint's identity,
 library failures, memory estimates and signals."""
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -85,3 +87,89 @@ def test_a_file_given_as_the_folder_is_the_same_one_line_error(tmp_path, module)
   assert _one_error_line(out.stderr) == (
       f"error: --{flag}={path} is a file, not a folder; use another --{flag}")
   assert path.read_text() == "not a folder"
+
+
+def test_progress_to_a_non_terminal_is_one_plain_line_per_interval(tmp_path):
+  out = _run("train", [f"--workdir={tmp_path / 'run'}", *TINY_FLAGS, "--config.progress=True",
+                       "--config.training.steps=6", "--config.training.log_every=2"])
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert "\r" not in out.stderr + out.stdout
+  lines = [l for l in out.stderr.splitlines() if "randomized_relative: step" in l]
+  assert [l.split(": step ")[1].split(" ")[0] for l in lines] == ["2/6", "4/6", "6/6"], lines
+  assert "loss" in lines[0] and "steps/s" in lines[0]
+
+
+def test_progress_counts_computed_steps_and_few_steps_run_ahead(tmp_path, monkeypatch):
+  from experiments import steps  # pylint: disable=import-outside-toplevel
+  dispatched, seen = [0], []
+  build = steps.build_trainer
+
+  def counting_trainer(*args, **kwargs):
+    trainer = build(*args, **kwargs)
+    step = trainer.step
+
+    def counted(*a):
+      dispatched[0] += 1
+      return step(*a)
+
+    trainer.step = counted
+    return trainer
+
+  def computed(self, step):
+    seen.append((step, dispatched[0]))
+    self.done = max(self.done, step)
+
+  monkeypatch.setattr(steps, "build_trainer", counting_trainer)
+  monkeypatch.setattr(loop.Progress, "computed", computed)
+  loop.train_and_evaluate(tiny_config(steps=12, log_every=12, checkpoint_every=12),
+                          str(tmp_path / "run"))
+  counted = [s for s, _ in seen]
+  assert counted == sorted(counted) and counted[-1] == 12
+  # The progress is told of a step only once it is computed, and the host never runs
+  # more than MAX_STEPS_AHEAD steps ahead of the last step known computed.
+  assert all(0 <= d - s <= loop.MAX_STEPS_AHEAD for s, d in seen), seen
+  assert len(set(counted)) >= 12 - loop.MAX_STEPS_AHEAD
+
+
+SECOND_SIGNAL = """
+import os, signal, sys, time
+sys.path.insert(0, {root!r})
+from experiments import stopping
+with stopping.graceful():
+  os.kill(os.getpid(), signal.SIGINT)
+  time.sleep(0.3)
+  print("requested", stopping.requested(), flush=True)
+  os.kill(os.getpid(), signal.SIGINT)  # Within the grace period: the same Ctrl-C.
+  time.sleep(1.5)
+  print("still running", flush=True)
+  os.kill(os.getpid(), signal.SIGINT)
+  time.sleep(20)
+  print("not stopped", flush=True)
+"""
+
+
+def test_a_second_signal_ends_the_process_at_once_with_one_line(tmp_path):
+  out = subprocess.run([sys.executable, "-c", SECOND_SIGNAL.format(root=ROOT)], cwd=ROOT,
+                       env=ENV, capture_output=True, text=True, timeout=60)
+  assert out.returncode == 130, (out.returncode, out.stderr[-3000:])
+  assert out.stdout.split("\n")[:2] == ["requested 2", "still running"]
+  assert "not stopped" not in out.stdout
+  assert "interrupted again: stopped at once" in _one_error_line(out.stderr)
+
+
+def test_two_interrupts_while_compiling_do_not_crash(tmp_path):
+  run = tmp_path / "run"
+  process = subprocess.Popen(
+      [sys.executable, "-m", "experiments.train", f"--workdir={run}", *TINY_FLAGS,
+       "--config.training.steps=100000", "--config.compilation_cache=off"],
+      cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  try:
+    process.stdout.readline()  # "task ...": building and compiling starts.
+    process.send_signal(signal.SIGINT)
+    time.sleep(1.5)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+  finally:
+    process.kill()
+  assert process.returncode == 130, (process.returncode, err[-3000:])
+  assert "Traceback" not in err and "Segmentation" not in err
