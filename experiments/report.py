@@ -108,10 +108,48 @@ def _ordered(values, reference):
   return [v for v in reference if v in values] + sorted(v for v in values if v not in reference)
 
 
-def build_tables(results: dict, paper: dict):
-  """Returns (tasks, encodings, table1 cells, table4 cells); a cell is (ours, paper)."""
-  tasks = _ordered({t for t, _ in results}, list(paper["task_levels"]))
-  encodings = _ordered({p for _, p in results}, paper["encodings"])
+def unfinished_jobs(sweep_dir: str, results: dict) -> list[tuple[str, str]]:
+  """(task, variant) of every job of the sweep without a result: the jobs its configs
+  name (`sweep.tasks` x its variants, from any job's config.json) and the job folders
+  holding a config.json, less those in `results`."""
+  from experiments import sweep  # pylint: disable=import-outside-toplevel
+
+  started = set()
+  for task in sorted(os.listdir(sweep_dir)):
+    task_dir = os.path.join(sweep_dir, task)
+    if not os.path.isdir(task_dir):
+      continue
+    for name in sorted(os.listdir(task_dir)):
+      if ".replaced-" not in name and os.path.exists(os.path.join(task_dir, name,
+                                                                  "config.json")):
+        started.add((task, name))
+  expected = set(started)
+  for task, name in sorted(started | set(results)):
+    try:
+      sweep_config = (stored_job_config(sweep_dir, task, name) or {}).get("sweep") or {}
+      names = [n for n, _ in sweep.variants(sweep_config)]
+    except (io_utils.CorruptFileError, ValueError, AttributeError, TypeError):
+      continue
+    expected |= {(t, n) for t in sweep_config.get("tasks") or () for n in names}
+  return sorted(expected - set(results))
+
+
+def _unfinished_line(unfinished) -> str:
+  if not unfinished:
+    return ""
+  shown = ", ".join(f"{t}/{n}" for t, n in unfinished[:10])
+  more = f" and {len(unfinished) - 10} more" if len(unfinished) > 10 else ""
+  return (f"unfinished: {len(unfinished)} job(s) without a result ({shown}{more}) are "
+          f"missing cells ({MISSING}); run the sweep again to finish them")
+
+
+def build_tables(results: dict, paper: dict, unfinished=()):
+  """Returns (tasks, encodings, table1 cells, table4 cells); a cell is (ours, paper).
+  Unfinished jobs ((task, encoding) pairs) get rows and columns of missing cells."""
+  tasks = _ordered({t for t, _ in results} | {t for t, _ in unfinished},
+                   list(paper["task_levels"]))
+  encodings = _ordered({p for _, p in results} | {p for _, p in unfinished},
+                       paper["encodings"])
   t1, t4 = {}, {}
   for task in tasks:
     for pe in encodings:
@@ -139,6 +177,9 @@ def headline(tasks, encodings, table1) -> dict:
     out["ours" if which == 0 else "paper_same_cells"] = {
         "per_task": gains, "average_gain_points": float(np.mean(list(gains.values())))
         if gains else None, "tasks_counted": len(gains)}
+    if not gains:
+      out["ours" if which == 0 else "paper_same_cells"]["why_none"] = (
+          "no task has both a randomized and a classic encoding with a result")
   return out
 
 
@@ -668,12 +709,14 @@ def write_table5_report(results: dict, out_dir: str) -> dict:
   return {"kind": "table5", "tasks": tasks, "encodings": encodings, "table": md, "text": md}
 
 
-def write_paper_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
-  """Table 1, Table 4, the headline, Table 2 (hours) and a figure per task."""
+def write_paper_report(sweep_dir: str, results: dict, out_dir: str, unfinished=()) -> dict:
+  """Table 1, Table 4, the headline, Table 2 (hours) and a figure per task; unfinished
+  jobs are missing cells, and the headline counts the tasks with results."""
   paper = load_paper()
-  tasks, encodings, t1, t4 = build_tables(results, paper)
+  tasks, encodings, t1, t4 = build_tables(results, paper, unfinished)
   head = headline(tasks, encodings, t1)
   head["paper_published"] = paper["headline"]
+  head["unfinished_jobs"] = [f"{t}/{n}" for t, n in unfinished]
   note = ("Cells: ours (paper). Accuracy in % averaged over the unseen test lengths; "
           f"{MISSING} marks a job not (yet) finished or a cell the paper lacks.")
   t1_md = f"## Table 1: max over seeds and learning rates\n\n{note}\n\n" + markdown_table(
@@ -700,6 +743,8 @@ def write_paper_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
              f"{ours['tasks_counted']} tasks: {ours['average_gain_points']:+.1f} points "
              f"(paper, same cells: {head['paper_same_cells']['average_gain_points']:+.1f}; "
              f"paper, all 15 tasks: +{paper['headline']['average_gain_points']})")
+  else:
+    text += f"\n\nheadline: not computed: {ours['why_none']}"
   return {"kind": "paper", "tasks": tasks, "encodings": encodings, "table1": t1_md,
           "table4": t4_md, "table2": t2_md, "headline": head, "text": text}
 
@@ -763,7 +808,14 @@ def write_report(sweep_dir: str, out_dir: str | None = None, kind: str = "auto")
   if kind == "auto":
     kind = _declared_kind(sweep_dir, results)
   os.makedirs(os.path.join(out_dir, "figures"), exist_ok=True)
-  return {**REPORTS[kind](sweep_dir, results, out_dir), "out_dir": out_dir}
+  unfinished = unfinished_jobs(sweep_dir, results)
+  if kind == "paper":
+    report = write_paper_report(sweep_dir, results, out_dir, unfinished)
+  else:
+    report = REPORTS[kind](sweep_dir, results, out_dir)
+  if unfinished:
+    report = {**report, "text": report["text"] + "\n\n" + _unfinished_line(unfinished)}
+  return {**report, "unfinished": unfinished, "out_dir": out_dir}
 
 
 def main(argv):

@@ -1,6 +1,7 @@
 """Runs that cannot be corrupted, continued (issue 28): numeric settings, settings the
 grid shadows, progress lines, reports of unfinished sweeps, a checkpoint's identity,
 library failures, memory estimates and signals."""
+import json
 import os
 import signal
 import subprocess
@@ -173,3 +174,39 @@ def test_two_interrupts_while_compiling_do_not_crash(tmp_path):
     process.kill()
   assert process.returncode == 130, (process.returncode, err[-3000:])
   assert "Traceback" not in err and "Segmentation" not in err
+
+
+def test_a_report_of_an_unfinished_sweep_shows_missing_cells_and_names_the_jobs(tmp_path):
+  from experiments import io_utils  # pylint: disable=import-outside-toplevel
+  from experiments import report  # pylint: disable=import-outside-toplevel
+  from experiments import sweep  # pylint: disable=import-outside-toplevel
+
+  def job(config_dict, workdir):
+    if config_dict["task"] == "parity_check":
+      raise RuntimeError("never started")
+    if config_dict["model"]["pe"] == "relative":  # Started, stopped before its result.
+      os.makedirs(workdir)
+      io_utils.write_json(os.path.join(workdir, "config.json"), config_dict)
+      raise RuntimeError("stopped")
+    return sweep.run_job(config_dict, workdir)
+
+  config = tiny_config(steps=2)
+  config.sweep = {"tasks": ("reverse_string", "parity_check"),
+                  "encodings": ("relative", "randomized_relative")}
+  sweep_dir = str(tmp_path / "sweep")
+  assert len(sweep.run_sweep(config, sweep_dir, job_fn=job).failed) == 3
+  written = report.write_report(sweep_dir)
+  assert written["kind"] == "paper"
+  assert written["unfinished"] == [("parity_check", "randomized_relative"),
+                                   ("parity_check", "relative"), ("reverse_string", "relative")]
+  assert written["encodings"] == ["relative", "randomized_relative"]
+  assert sorted(written["tasks"]) == ["parity_check", "reverse_string"]
+  rows = {l.split(" | ")[0]: l for l in written["table1"].splitlines() if l.startswith("| ")}
+  cells = rows["| reverse_string"].strip(" |").split(" | ")
+  assert cells[1].startswith(report.MISSING) and not cells[2].startswith(report.MISSING)
+  assert "unfinished: 3 job(s) without a result" in written["text"]
+  assert "reverse_string/relative" in written["text"]
+  assert "headline: not computed: no task has both" in written["text"]
+  head = json.load(open(os.path.join(sweep_dir, "report", "headline.json")))
+  assert head["ours"]["average_gain_points"] is None and head["ours"]["why_none"]
+  assert "reverse_string/relative" in head["unfinished_jobs"]
