@@ -2,7 +2,8 @@
 the log interval each checkpoint interrupts.
 
   WORKDIR/checkpoints/STEP/             orbax checkpoints (the newest `keep`)
-  WORKDIR/checkpoints/metrics_carry.json {STEP: metrics summed since the last log record}
+  WORKDIR/checkpoints/metrics_carry.json {STEP: metrics summed since the last log record,
+                                         and the identity of the run that saved STEP}
   WORKDIR/damaged_checkpoints/STEP-TIME/ checkpoints that could not be read, moved aside
 
 Restoring tries the newest checkpoint first and falls back to older ones, saying which
@@ -19,6 +20,7 @@ import sys
 from experiments import io_utils
 
 CARRY_FILE = "metrics_carry.json"
+IDENTITY = "identity"  # The key of a checkpoint's run identity in its carry.
 
 
 class StorageError(OSError):
@@ -77,15 +79,21 @@ class Checkpoints:
             "steps", file=sys.stderr)
       return {}
 
-  def save(self, step: int, state, carry: dict) -> None:
-    """Saves `state` at `step` with the metrics `carry` of the unfinished log interval."""
+  def identity(self, step: int) -> dict | None:
+    """The identity (experiments.workdir.identity) of the run that saved `step`, or None
+    for a checkpoint saved before checkpoints carried one."""
+    return self._carries().get(str(step), {}).get(IDENTITY)
+
+  def save(self, step: int, state, carry: dict, identity: dict | None = None) -> None:
+    """Saves `state` at `step` with the metrics `carry` of the unfinished log interval
+    and the `identity` of its run (so a checkpoint cannot be resumed as another run)."""
     import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
 
     try:
       # The carry first: a checkpoint never exists without it.
       kept = set(self.steps()) | {step}
       carries = {k: v for k, v in self._carries().items() if int(k) in kept}
-      carries[str(step)] = carry
+      carries[str(step)] = {**carry, **({IDENTITY: identity} if identity is not None else {})}
       os.makedirs(self.folder, exist_ok=True)
       io_utils.write_json(self._carry_path(), carries)
       self.manager.save(step, args=ocp.args.StandardSave(state), force=True)

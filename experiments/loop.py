@@ -157,10 +157,21 @@ class TrainingClock:
     self._excluded += seconds
 
 
-def _check_start(workdir: str, config: ml_collections.ConfigDict, saved_steps) -> None:
-  """Refuses (ValueError, before anything is written) a workdir holding another run, or
-  a checkpoint beyond the configured steps."""
+def _check_start(workdir: str, config: ml_collections.ConfigDict, saved_steps,
+                 store=None) -> None:
+  """Refuses (ValueError, before anything is written) a workdir holding another run, a
+  checkpoint saved by another run (config.json edited or replaced), or a checkpoint
+  beyond the configured steps."""
   workdir_lib.check_identity(workdir, config.to_dict(), bool(saved_steps))
+  for step in reversed(saved_steps if store is not None else []):
+    saved = store.identity(step)
+    diffs = workdir_lib.identity_differences(saved, config.to_dict()) if saved else []
+    if diffs:
+      raise ValueError(
+          f"the checkpoint of step {step} in {workdir} belongs to another run "
+          f"({workdir_lib.describe_differences(diffs)}) than its "
+          f"{workdir_lib.CONFIG_FILE} and this command say; use the settings it was "
+          "trained with, or another --workdir")
   if saved_steps and saved_steps[-1] > config.training.steps:
     raise ValueError(
         f"{workdir} has a checkpoint at step {saved_steps[-1]}, beyond "
@@ -181,9 +192,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   source = data.source(config)
   workdir = os.path.abspath(workdir)
   store = checkpoints.Checkpoints(workdir, config.training.checkpoints_to_keep)
-  _check_start(workdir, config, store.steps())
+  _check_start(workdir, config, store.steps(), store)
   with workdir_lib.locked(workdir):
-    _check_start(workdir, config, store.steps())  # Again: it may have changed meanwhile.
+    # Again: it may have changed meanwhile.
+    _check_start(workdir, config, store.steps(), store)
     try:
       return _train_and_evaluate(config, source, workdir, store, devices)
     finally:
@@ -238,6 +250,7 @@ def _train_and_evaluate(config, source, workdir, store, devices) -> dict:
 
   interval = MetricsInterval(carry)
   clock = TrainingClock(carry.get("train_seconds", 0.0))
+  identity = workdir_lib.identity(config.to_dict())
 
   def check_finite(step):
     diverged = np.asarray(trainer.state.nonfinite)
@@ -252,7 +265,8 @@ def _train_and_evaluate(config, source, workdir, store, devices) -> dict:
 
   def save(step):
     check_finite(step)
-    store.save(step, trainer.state, {**interval.carry(), "train_seconds": clock.seconds()})
+    store.save(step, trainer.state, {**interval.carry(), "train_seconds": clock.seconds()},
+               identity)
 
   try:
     with stopping.graceful():

@@ -210,3 +210,27 @@ def test_a_report_of_an_unfinished_sweep_shows_missing_cells_and_names_the_jobs(
   head = json.load(open(os.path.join(sweep_dir, "report", "headline.json")))
   assert head["ours"]["average_gain_points"] is None and head["ours"]["why_none"]
   assert "reverse_string/relative" in head["unfinished_jobs"]
+
+
+def test_a_checkpoint_of_another_run_is_refused_even_when_config_json_is_edited(tmp_path):
+  from experiments import checkpoints  # pylint: disable=import-outside-toplevel
+  run = str(tmp_path / "run")
+  loop.train_and_evaluate(tiny_config(steps=2), run)
+  path = os.path.join(run, "config.json")
+  stored = json.load(open(path))
+  stored["task"] = "even_pairs"  # Edited by hand.
+  with open(path, "w") as f:
+    json.dump(stored, f)
+  before = {name: os.path.getmtime(os.path.join(run, name)) for name in os.listdir(run)}
+  other = tiny_config(steps=4)
+  other.task = "even_pairs"
+  with pytest.raises(ValueError, match=r"the checkpoint of step 2 in .* belongs to another "
+                     r'run \(task: "reverse_string" -> "even_pairs"\)'):
+    loop.train_and_evaluate(other, run)
+  assert {name: os.path.getmtime(os.path.join(run, name)) for name in os.listdir(run)} == before
+  assert checkpoints.Checkpoints(run).steps() == [2]
+  # The run the checkpoint belongs to still resumes.
+  stored["task"] = "reverse_string"
+  with open(path, "w") as f:
+    json.dump(stored, f)
+  assert loop.train_and_evaluate(tiny_config(steps=4), run)["step"] == 4
