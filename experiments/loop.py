@@ -6,6 +6,7 @@ paper's protocol and writes
   workdir/metrics.jsonl     one record per log interval (step, loss, accuracy, steps/s),
                             and for a dataset one per evaluation during training
                             (step, epoch, evaluation: accuracy per split and group)
+  workdir/events/           the same records as TensorBoard event files (experiments/events.py)
   workdir/checkpoints/      orbax checkpoints every `checkpoint_every` steps (and at a
                             stop request), with the partial metrics of their log interval
   workdir/eval.json         per-length accuracies and the scores, or a dataset's
@@ -32,6 +33,7 @@ import numpy as np
 from experiments import checkpoints
 from experiments import data
 from experiments import evaluation
+from experiments import events
 from experiments import io_utils
 from experiments import steps
 from experiments import stopping
@@ -227,9 +229,17 @@ def _train_and_evaluate(config, source, workdir, store, devices) -> dict:
   # Records after the checkpoint are redone; so is a record of an open interval (the end
   # of a run with fewer steps) at the checkpoint itself. An evaluation record at the
   # checkpoint is complete (it was written before the checkpoint): it stays.
-  records = [r for r in io_utils.read_jsonl(metrics_path)
+  written = io_utils.read_jsonl(metrics_path)
+  records = [r for r in written
              if r["step"] < start or (r["step"] == start and (start % t.log_every == 0
                                                                or "evaluation" in r))]
+  # TensorBoard's copy of metrics.jsonl (experiments/events.py): rewritten from the file
+  # as it is now, then equal to it after every write.
+  event_log = events.EventLog(workdir, trainer.members, written)
+
+  def write_records():
+    io_utils.write_jsonl(metrics_path, records)
+    event_log.sync(records)
 
   num_models = trainer.num_models
   evaluator = evaluation.for_source(source, trainer.model, config,
@@ -279,7 +289,7 @@ def _train_and_evaluate(config, source, workdir, store, devices) -> dict:
           check_finite(step)
           computed(step)  # check_finite waited for the state of this step.
           records.append(interval.record(step, unwrap, step % t.log_every == 0))
-          io_utils.write_jsonl(metrics_path, records)
+          write_records()
           bar.record(step, float(np.mean(records[-1]["loss"])),
                      float(np.mean(records[-1]["accuracy"])),
                      records[-1]["steps_per_second"])
@@ -288,7 +298,7 @@ def _train_and_evaluate(config, source, workdir, store, devices) -> dict:
           train_seconds, began = clock.seconds(), time.perf_counter()
           record = evaluator.periodic(_evaluation_params(trainer), step, unwrap)
           records.append({**record, "train_seconds": train_seconds})
-          io_utils.write_jsonl(metrics_path, records)
+          write_records()
           clock.exclude(time.perf_counter() - began)
         if step % t.checkpoint_every == 0 or step == t.steps:
           save(step)

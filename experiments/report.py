@@ -1,6 +1,7 @@
 """Tables and figures of a sweep beside the paper's numbers.
 
   python -m experiments.report --sweep_dir=runs/small [--out_dir=DIR] [--kind=auto]
+  python -m experiments.report --run_dir=runs/demo    # one run's curves: curves.png
 
 Writes into OUT_DIR (default SWEEP_DIR/report):
   table1.md / table1.csv  max over seeds and learning rates of the unseen-length
@@ -34,6 +35,10 @@ Experiments of the paper's appendix name their report in the sweep config
 --kind=auto (default) takes the jobs' `sweep.report`, else the variants report when
 they name variants, else the paper's tables; --kind=KIND forces one.
 A missing job (an unfinished sweep) is shown as a missing cell, never as zero.
+--run_dir=WORKDIR draws one run's metrics.jsonl instead (a finished or a running run):
+WORKDIR/curves.png, training loss and accuracy against the step and, when the run
+evaluates during training (evaluation.every_steps / every_epochs), those evaluations;
+a grid's models are a line each (more than 6: their mean and a min-max band).
 The published numbers come from experiments/data/paper_results.json, a copy of
 the tables of Ruoss et al., "Randomized Positional Encodings Boost Length
 Generalization of Transformers", ACL 2023.
@@ -818,10 +823,155 @@ def write_report(sweep_dir: str, out_dir: str | None = None, kind: str = "auto")
   return {**report, "unfinished": unfinished, "out_dir": out_dir}
 
 
+# Curves of one run: python -m experiments.report --run_dir=WORKDIR.
+
+CURVES_FILE = "curves.png"
+_SCORES = (("mean", "all lengths"), ("train_range", "training lengths"),
+           ("unseen", "unseen lengths"))
+
+
+def _run_members(run_dir: str, count: int) -> list[str]:
+  """Names of the run's models (experiments.events.member_names), from its config.json."""
+  from experiments import events  # pylint: disable=import-outside-toplevel
+  from experiments import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
+  try:
+    stored = workdir_lib.stored_config(run_dir) or {}
+  except io_utils.CorruptFileError:
+    stored = {}
+  grid = stored.get("grid") or {}
+  seeds = list(grid.get("seeds") or [stored.get("seed", 0)])
+  rates = list(grid.get("learning_rates")
+               or [(stored.get("training") or {}).get("learning_rate", 0.0)])
+  members = [(s, r) for s in seeds for r in rates]
+  if len(members) != count:
+    return [f"model {i}" for i in range(count)]
+  return events.member_names(members) if count > 1 else [""]
+
+
+def _as_array(values, count: int) -> np.ndarray:
+  """Records' values as [records, models], None as NaN."""
+  return np.asarray([[np.nan if v is None else v for v in _per_model(value, count)]
+                     for value in values], np.float64).reshape(len(values), count)
+
+
+def run_curves(run_dir: str) -> dict:
+  """A run's metrics.jsonl as curves against the step: {"models": names, "train": {"step",
+  "loss", "accuracy"}, "evaluation": {"step", "series": {label: [E, M]}}} (arrays are
+  [records, models]). ValueError if the folder has no metrics records."""
+  path = os.path.join(run_dir, "metrics.jsonl")
+  records = io_utils.read_jsonl(path) if os.path.isfile(path) else []
+  if not records:
+    raise ValueError(f"no metrics records in {path}: --run_dir must be a training run's "
+                     "workdir that has logged at least once (--sweep_dir is for a sweep)")
+  logs = [r for r in records if "evaluation" not in r and "loss" in r]
+  evaluations = [r for r in records if "evaluation" in r]
+  first = (logs or evaluations)[0]
+  sample = first.get("loss", None)
+  if sample is None:  # Only evaluation records: count the models from one of their values.
+    sample = next(iter(v for k, v in evaluations[0]["evaluation"].items() if k != "lengths"))
+    sample = next(iter(sample.values())) if isinstance(sample, dict) else sample
+  count = len(sample) if isinstance(sample, list) else 1
+  series = {}
+  if evaluations and "lengths" in evaluations[0]["evaluation"]:
+    for key, label in _SCORES:
+      values = _as_array([r["evaluation"].get(key) for r in evaluations], count)
+      if not np.isnan(values).all():
+        series[label] = values
+  elif evaluations:  # A dataset: accuracy per split and group.
+    labels = sorted({(split, group) for r in evaluations
+                     for split, groups in r["evaluation"].items() for group in groups})
+    for split, group in labels:
+      series[f"{split}/{group}"] = _as_array(
+          [r["evaluation"].get(split, {}).get(group) for r in evaluations], count)
+  return {"models": _run_members(run_dir, count),
+          "train": {"step": [r["step"] for r in logs],
+                    "loss": _as_array([r.get("loss") for r in logs], count),
+                    "accuracy": _as_array([r.get("accuracy") for r in logs], count)},
+          "evaluation": {"step": [r["step"] for r in evaluations], "series": series}}
+
+
+def _plot_lines(ax, steps, label: str, values: np.ndarray, names, color=None) -> None:
+  """A line per model, or for a grid of more than 6 models the mean over the models
+  with a band from the lowest to the highest (NaN, a diverged model, left out)."""
+  if values.shape[1] == 1:
+    ax.plot(steps, values[:, 0], marker="." if len(steps) < 30 else None, label=label,
+            color=color)
+  elif values.shape[1] <= 6:
+    for i, name in enumerate(names):
+      if color is None:  # A color per model, named in the legend.
+        ax.plot(steps, values[:, i], lw=1, label=name)
+      else:  # A color per series, its models in shades of it.
+        ax.plot(steps, values[:, i], lw=1, label=label if i == 0 else None, color=color,
+                alpha=0.35 + 0.65 * (i + 1) / values.shape[1])
+  else:
+    import warnings  # pylint: disable=import-outside-toplevel
+    with warnings.catch_warnings():  # All-NaN steps (every model diverged) stay NaN.
+      warnings.simplefilter("ignore", RuntimeWarning)
+      mean = np.nanmean(values, axis=1)
+      low, high = np.nanmin(values, axis=1), np.nanmax(values, axis=1)
+    line, = ax.plot(steps, mean, label=f"{label} mean of {values.shape[1]} models (band: min-max)".strip(),
+                    color=color)
+    ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2)
+
+
+def write_curves(run_dir: str, out_dir: str | None = None) -> dict:
+  """Draws a run's training loss and accuracy, and its evaluations during training,
+  against the step into OUT_DIR/curves.png (default RUN_DIR); returns the path and a
+  line to print."""
+  from experiments import cli  # pylint: disable=import-outside-toplevel
+
+  cli.check_folder(run_dir, "run_dir")
+  if not os.path.isdir(run_dir):
+    raise ValueError(f"no run folder at {run_dir}")
+  curves = run_curves(run_dir)
+  train, evaluation, names = curves["train"], curves["evaluation"], curves["models"]
+  panels = 3 if evaluation["series"] else 2
+  plt, fig, axes = _figure(5, 3.6, panels)
+  if train["step"]:
+    _plot_lines(axes[0], train["step"], "", train["loss"], names)
+    _plot_lines(axes[1], train["step"], "", train["accuracy"] * 100, names)
+  finite = train["loss"][np.isfinite(train["loss"])]
+  if finite.size and finite.min() > 0 and finite.max() > 20 * finite.min():
+    axes[0].set_yscale("log")  # Orders of magnitude (a long run).
+  axes[0].set(title="training loss", xlabel="step", ylabel="cross-entropy")
+  axes[1].set(title="training accuracy (log intervals)", xlabel="step", ylabel="accuracy (%)")
+  if panels == 3:
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (label, values) in enumerate(evaluation["series"].items()):
+      _plot_lines(axes[2], evaluation["step"], label, values * 100, names,
+                  colors[i % len(colors)])
+    axes[2].set(title="evaluation during training" + (
+        f" ({len(names)} models)" if len(names) > 1 else ""), xlabel="step",
+                ylabel="accuracy (%)")
+  for ax in axes:
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0] and any(ax.get_legend_handles_labels()[1]):
+      ax.legend(fontsize=7)
+  fig.suptitle(os.path.basename(os.path.abspath(run_dir)), fontsize=10)
+  out_dir = out_dir or run_dir
+  os.makedirs(out_dir, exist_ok=True)
+  path = os.path.join(out_dir, CURVES_FILE)
+  _save(plt, fig, path)
+  steps = train["step"] or evaluation["step"]
+  text = (f"{len(train['step'])} log records and {len(evaluation['step'])} evaluations "
+          f"(steps {min(steps)}-{max(steps)}) of {len(names)} model(s): {path}")
+  return {"path": path, "text": text}
+
+
 def main(argv):
   del argv  # cli.parse_flags refuses extra arguments.
   from experiments import cli  # pylint: disable=import-outside-toplevel
 
+  if _RUN_DIR.value:
+    try:
+      curves = write_curves(_RUN_DIR.value, _OUT_DIR.value)
+    except (ValueError, io_utils.CorruptFileError) as e:
+      cli.fail(cli.one_line(e))
+    print(curves["text"])
+    return
+  if not _SWEEP_DIR.value:
+    cli.fail("give --sweep_dir=SWEEP_DIR (a sweep's report) or --run_dir=WORKDIR "
+             "(a run's curves)")
   try:
     report = write_report(_SWEEP_DIR.value, _OUT_DIR.value, _KIND.value)
   except ValueError as e:
@@ -835,8 +985,11 @@ if __name__ == "__main__":
 
   from experiments import cli  # pylint: disable=ungrouped-imports
 
-  _SWEEP_DIR = flags.DEFINE_string("sweep_dir", None, "Sweep folder.", required=True)
-  _OUT_DIR = flags.DEFINE_string("out_dir", None, "Output folder (default SWEEP_DIR/report).")
+  _SWEEP_DIR = flags.DEFINE_string("sweep_dir", None, "Sweep folder.")
+  _RUN_DIR = flags.DEFINE_string("run_dir", None, "A run's workdir: draws its curves "
+                                 "(metrics.jsonl) into curves.png instead of a sweep report.")
+  _OUT_DIR = flags.DEFINE_string("out_dir", None, "Output folder (default SWEEP_DIR/report; "
+                                 "with --run_dir, RUN_DIR).")
   _KIND = flags.DEFINE_enum("kind", "auto", KINDS, "Which report: auto (the sweep config's "
                             "sweep.report, else variants if the sweep has them, else paper), "
                             "or one of the kinds by name.")
