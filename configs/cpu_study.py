@@ -49,5 +49,6 @@ def get_config(arg=None):
   config.sweep.variants = tuple(
       (f"{name}-{pe}", {**overrides, "model.pe": pe})
       for name, overrides in SETTINGS.items() for pe in ENCODINGS)
+  config.sweep.report = "study"
   config.progress = False
   return config

@@ -12,6 +12,10 @@ Writes into OUT_DIR (default SWEEP_DIR/report):
                           encoding, averaged over tasks (the paper: 12.0 points)
   figures/TASK.png        accuracy against length per encoding (best model), with
                           the training range shaded, like the paper's Figure 4
+  training.md             mean accuracy on the training lengths per cell (every table
+                          also marks with † a model below 95% there: not a result)
+  ordering.md             per task and family: randomized above its classic twin by
+                          more than one std, within it, reversed, or not learned
 A sweep with variants (`sweep.variants`, e.g. configs/su.py) gets instead:
   variants.md / variants.csv  mean ± std over seeds of the unseen-length accuracy per
                           (task, variant), at the learning rate with the best mean
@@ -30,6 +34,9 @@ Experiments of the paper's appendix name their report in the sweep config
              against training seconds, from the evaluations during training
   table5     (configs/table5.py) table5.md: geometric attention, max and mean ± std,
              beside the paper's Table 5 and the best of its Tables 1 and 4
+  study      (configs/cpu_study.py) study.md: per (task, setting, encoding) the accuracy
+             on the training and unseen lengths, when training reached 95%, seconds;
+             figures/TASK.png: learning curves against steps and training seconds
   ito        (--kind=ito, a folder of Latin-square runs) Ito et al.'s Tables 1-6 beside
              ours, as python -m experiments.ito_report writes them
 --kind=auto (default) takes the jobs' `sweep.report`, else the variants report when
@@ -280,14 +287,35 @@ def _best_rate_models(result: dict) -> list[dict]:
   return max(by_rate.values(), key=lambda ms: np.mean([m["scores"]["unseen"] for m in ms]))
 
 
-def variant_value(result: dict) -> tuple[float, float, int] | None:
-  """(mean, std, number of seeds) of the unseen accuracy in %, over seeds at the best
-  learning rate; std is NumPy's (ddof=0), as in Table 4."""
+def variant_value(result: dict) -> tuple[float, float, int, float | None] | None:
+  """(mean, std, number of seeds, mean training-length accuracy) in %, over seeds at the
+  best learning rate (the unseen accuracy's); std is NumPy's (ddof=0), as in Table 4."""
   models = _best_rate_models(result)
   if not models:
     return None
   scores = [100 * m["scores"]["unseen"] for m in models]
-  return float(np.mean(scores)), float(np.std(scores)), len(scores)
+  return float(np.mean(scores)), float(np.std(scores)), len(scores), training_value(result)
+
+
+# A model that has not learned its training lengths says nothing about unseen ones: every
+# table shows the training-length accuracy beside the unseen one, marked below this.
+TRAINED = 95.0
+UNTRAINED_MARK = "†"
+
+
+def training_value(result: dict) -> float | None:
+  """Mean over seeds (at the best learning rate, as `_best_rate_models`) of the accuracy
+  in % averaged over the training lengths; None without such scores."""
+  scores = [100 * m["scores"]["train_range"] for m in _best_rate_models(result)
+            if m["scores"].get("train_range") is not None]
+  return float(np.mean(scores)) if scores else None
+
+
+def training_text(train: float | None) -> str:
+  """" (train 99.1)", marked when below TRAINED; "" when unknown."""
+  if train is None:
+    return ""
+  return f" (train {train:.1f}{UNTRAINED_MARK if train < TRAINED else ''})"
 
 
 def build_variant_table(results: dict, order: list[str] | None, paper: dict):
@@ -303,7 +331,8 @@ def build_variant_table(results: dict, order: list[str] | None, paper: dict):
 def variant_markdown(tasks, names, cells) -> str:
   lines = ["| task | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
   for task in tasks:
-    row = [MISSING if cells[task, n] is None else f"{cells[task, n][0]:.1f} ± {cells[task, n][1]:.1f}"
+    row = [MISSING if cells[task, n] is None else
+           f"{cells[task, n][0]:.1f} ± {cells[task, n][1]:.1f}{training_text(cells[task, n][3])}"
            for n in names]
     lines.append(f"| {task} | " + " | ".join(row) + " |")
   return "\n".join(lines)
@@ -312,12 +341,13 @@ def variant_markdown(tasks, names, cells) -> str:
 def variant_csv(tasks, names, cells) -> str:
   buffer = io.StringIO()
   writer = csv.writer(buffer)
-  writer.writerow(["task", "variant", "mean", "std", "seeds"])
+  writer.writerow(["task", "variant", "mean", "std", "seeds", "training_mean"])
   for task in tasks:
     for name in names:
       cell = cells[task, name]
-      writer.writerow([task, name] + (["", "", ""] if cell is None else
-                                      [f"{cell[0]:.2f}", f"{cell[1]:.2f}", cell[2]]))
+      writer.writerow([task, name] + (["", "", "", ""] if cell is None else
+                                      [f"{cell[0]:.2f}", f"{cell[1]:.2f}", cell[2],
+                                       "" if cell[3] is None else f"{cell[3]:.2f}"]))
   return buffer.getvalue()
 
 
@@ -350,8 +380,10 @@ def plot_variants(task: str, results: dict, names, path: str) -> None:
 def write_variant_report(sweep_dir: str, results: dict, order, out_dir: str) -> dict:
   tasks, names, cells = build_variant_table(results, order, load_paper())
   note = ("Mean ± std over seeds (at the learning rate with the best mean) of the accuracy "
-          f"in % averaged over the unseen test lengths; {MISSING} marks a job not (yet) "
-          "finished.")
+          "in % averaged over the unseen test lengths, and in brackets the mean accuracy on "
+          f"the training lengths ({UNTRAINED_MARK}: below {TRAINED:.0f}%, the model did not "
+          f"learn its task and its unseen score is no result); {MISSING} marks a job not "
+          "(yet) finished.")
   md = f"## Unseen-length accuracy per variant\n\n{note}\n\n" + variant_markdown(
       tasks, names, cells)
   io_utils.atomic_write_text(os.path.join(out_dir, "variants.md"), md + "\n")
@@ -514,12 +546,14 @@ def write_figure3_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
   by_cell = {(task, p[0]): p for task in tasks for p in points[task]}
   lines = ["## Figure 3: unseen-length accuracy against the maximum position L", "",
            "Cells: mean ± std over seeds at the best learning rate (max over seeds and "
-           f"learning rates). Accuracy in % averaged over the unseen test lengths. {MISSING}: "
+           "learning rates) (train: mean accuracy on the training lengths, "
+           f"{UNTRAINED_MARK} below {TRAINED:.0f}%). Accuracy in % averaged over the unseen "
+           f"test lengths. {MISSING}: "
            "a job not (yet) finished. The paper gives no numbers, only its reading: "
            "largely unaffected by L unless L is much larger than the test lengths.", "",
            "| task | " + " | ".join(f"L = {v}" for v in values) + " |",
            "|---|" + "---:|" * len(values)]
-  rows = [["task", "L", "mean", "std", "seeds", "max"]]
+  rows = [["task", "L", "mean", "std", "seeds", "max", "training_mean"]]
   for task in tasks:
     cells = []
     for v in values:
@@ -528,9 +562,9 @@ def write_figure3_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
         cells.append(MISSING)
         rows.append([task, v, None, None, None, None])
         continue
-      (mean, std, n), best = cell[1], cell[2]
-      cells.append(f"{mean:.1f} ± {std:.1f} ({best:.1f})")
-      rows.append([task, v, mean, std, n, best])
+      (mean, std, n, train), best = cell[1], cell[2]
+      cells.append(f"{mean:.1f} ± {std:.1f} ({best:.1f}){training_text(train)}")
+      rows.append([task, v, mean, std, n, best, train])
     lines.append(f"| {task} | " + " | ".join(cells) + " |")
   md = "\n".join(lines)
   _write_both(out_dir, "figure3", md, rows)
@@ -714,6 +748,69 @@ def write_table5_report(results: dict, out_dir: str) -> dict:
   return {"kind": "table5", "tasks": tasks, "encodings": encodings, "table": md, "text": md}
 
 
+def ordering_rows(tasks, encodings, table4, training, paper_table4=None) -> list[dict]:
+  """Per task and family with both twins in the sweep: does the randomized encoding beat
+  its classic twin on the unseen lengths by more than one std (the larger of the two
+  seeds' stds)? `table4`: {(task, pe): ((mean, std) or None, paper)}; `training`:
+  {(task, pe): mean training-length accuracy or None}. Verdicts: "holds", "within one
+  std", "reversed" (classic above randomized by more than one std), "not learned" (a twin
+  below TRAINED on its training lengths), "missing" (a job not finished)."""
+  rows = []
+  for task in tasks:
+    for pe in encodings:
+      twin = f"randomized_{pe}"
+      if pe.startswith("randomized_") or twin not in encodings:
+        continue
+      classic, randomized = table4[task, pe][0], table4[task, twin][0]
+      trained = (training.get((task, pe)), training.get((task, twin)))
+      row = {"task": task, "family": pe, "classic": classic, "randomized": randomized,
+             "training": trained, "paper": (table4[task, pe][1], table4[task, twin][1])}
+      if classic is None or randomized is None:
+        row.update(gain=None, verdict="missing")
+      else:
+        gain = randomized[0] - classic[0]
+        spread = max(classic[1], randomized[1])
+        if any(t is None or t < TRAINED for t in trained):
+          verdict = "not learned"
+        elif gain > spread:
+          verdict = "holds"
+        elif gain < -spread:
+          verdict = "reversed"
+        else:
+          verdict = "within one std"
+        row.update(gain=gain, verdict=verdict)
+      rows.append(row)
+  return rows
+
+
+def ordering_markdown(rows) -> str:
+  def pair(value, train=None):
+    text = MISSING if value is None else f"{value[0]:.1f} ± {value[1]:.1f}"
+    return text + (training_text(train) if value is not None else "")
+
+  lines = ["## The paper's ordering: randomized above its classic twin by more than one std",
+           "", "Mean ± std over seeds of the unseen-length accuracy in % at the best "
+           "learning rate (train: on the training lengths, "
+           f"{UNTRAINED_MARK} below {TRAINED:.0f}%); the paper's Table 4 cells beside. "
+           "\"holds\": the randomized mean exceeds the classic one by more than the larger "
+           "std; \"not learned\": a twin below the training-length threshold, no verdict.",
+           "", "| task | family | classic | randomized | gain | verdict | paper classic | "
+           "paper randomized |", "|---|---|---:|---:|---:|---|---:|---:|"]
+  for r in rows:
+    gain = MISSING if r["gain"] is None else f"{r['gain']:+.1f}"
+    lines.append(f"| {r['task']} | {r['family']} | {pair(r['classic'], r['training'][0])} | "
+                 f"{pair(r['randomized'], r['training'][1])} | {gain} | {r['verdict']} | "
+                 f"{pair(r['paper'][0])} | {pair(r['paper'][1])} |")
+  families = sorted({r["family"] for r in rows})
+  lines.append("")
+  for family in families:
+    mine = [r for r in rows if r["family"] == family]
+    holds = sum(r["verdict"] == "holds" for r in mine)
+    lines.append(f"{family}: holds on {holds} of {len(mine)} tasks "
+                 f"({', '.join(r['task'] + ': ' + r['verdict'] for r in mine)})")
+  return "\n".join(lines)
+
+
 def write_paper_report(sweep_dir: str, results: dict, out_dir: str, unfinished=()) -> dict:
   """Table 1, Table 4, the headline, Table 2 (hours) and a figure per task; unfinished
   jobs are missing cells, and the headline counts the tasks with results."""
@@ -741,7 +838,24 @@ def write_paper_report(sweep_dir: str, results: dict, out_dir: str, unfinished=(
                              table2_csv(tasks, encodings, t2))
   for task in tasks:
     plot_task(task, results, encodings, os.path.join(out_dir, "figures", f"{task}.png"))
+  training = {(task, pe): training_value(results[task, pe]) if (task, pe) in results else None
+              for task in tasks for pe in encodings}
+  train_md = "\n".join(
+      ["## Accuracy on the training lengths: mean over seeds at the best learning rate", "",
+       f"{UNTRAINED_MARK}: below {TRAINED:.0f}%, the unseen-length cells of that job are no "
+       "result.", "", "| task | " + " | ".join(encodings) + " |",
+       "|---|" + "---:|" * len(encodings)]
+      + [f"| {task} | " + " | ".join(
+          MISSING if training[task, pe] is None else
+          f"{training[task, pe]:.1f}{UNTRAINED_MARK if training[task, pe] < TRAINED else ''}"
+          for pe in encodings) + " |" for task in tasks])
+  io_utils.atomic_write_text(os.path.join(out_dir, "training.md"), train_md + "\n")
+  order = ordering_rows(tasks, encodings, t4, training)
+  order_md = ordering_markdown(order)
+  io_utils.atomic_write_text(os.path.join(out_dir, "ordering.md"), order_md + "\n")
   text = t1_md
+  if order:
+    text += "\n\n" + order_md.split("\n\n")[-1]
   ours = head["ours"]
   if ours["average_gain_points"] is not None:
     text += (f"\n\nheadline: best randomized minus best classic encoding, averaged over "
@@ -751,7 +865,106 @@ def write_paper_report(sweep_dir: str, results: dict, out_dir: str, unfinished=(
   else:
     text += f"\n\nheadline: not computed: {ours['why_none']}"
   return {"kind": "paper", "tasks": tasks, "encodings": encodings, "table1": t1_md,
-          "table4": t4_md, "table2": t2_md, "headline": head, "text": text}
+          "table4": t4_md, "table2": t2_md, "headline": head, "training": training,
+          "ordering": order, "text": text}
+
+
+# The learning-speed study (configs/cpu_study.py, docs/cpu_protocol.md): variants named
+# SETTING-ENCODING, every job evaluated during training.
+
+
+def learning_curve(sweep_dir: str, task: str, name: str, result: dict) -> dict | None:
+  """The job's evaluations during training, over the seeds at the best learning rate:
+  {"steps", "seconds", "train", "unseen"} (lists; accuracy means in %); None without them."""
+  path = os.path.join(sweep_dir, task, name, "metrics.jsonl")
+  try:
+    records = io_utils.read_jsonl(path) if os.path.exists(path) else []
+  except io_utils.CorruptFileError as e:
+    print(f"warning: {e}; left out of the report", file=sys.stderr)
+    return None
+  evaluations = [r for r in records if "evaluation" in r and "train_seconds" in r]
+  if not evaluations:
+    return None
+  models = result["models"]
+  best = _best_rate_models(result) or models
+  columns = [i for i, m in enumerate(models) if any(m is b for b in best)]
+
+  def series(key):
+    values = np.asarray([_per_model(r["evaluation"][key], len(models)) for r in evaluations],
+                        np.float64) * 100
+    return values[:, columns].mean(axis=1).tolist()
+
+  return {"steps": [r["step"] for r in evaluations],
+          "seconds": [r["train_seconds"] for r in evaluations],
+          "train": series("train_range"), "unseen": series("unseen")}
+
+
+def _first_step(curve: dict, key: str, threshold: float):
+  for step, value in zip(curve["steps"], curve[key]):
+    if value >= threshold:
+      return step
+  return None
+
+
+def write_study_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
+  """study.md / study.csv: per (task, setting, encoding) the final accuracy on the
+  training and unseen lengths (mean over seeds at the best learning rate), the first
+  evaluated step at >= TRAINED on the training lengths, the best unseen accuracy seen
+  during training, and the training seconds; figures/TASK.png: both accuracies against
+  steps and against training seconds, a colour per variant."""
+  paper = load_paper()
+  order = sweep_variants(sweep_dir, results) or []
+  tasks = _ordered({t for t, _ in results}, list(paper["task_levels"]))
+  names = _ordered({v for _, v in results}, order)
+  lines = ["## Learning-speed study", "",
+           "Accuracy in %: mean over seeds at the best learning rate, averaged over the "
+           f"training lengths (train) and the unseen lengths; {UNTRAINED_MARK}: train below "
+           f"{TRAINED:.0f}%; \"{TRAINED:.0f}% at\": the first evaluated step that reached it; "
+           "\"best unseen\": the highest unseen accuracy of the evaluations during "
+           f"training; seconds: training time to the last step. {MISSING}: not (yet) run.", "",
+           "| task | variant | steps | train | unseen | "
+           f"{TRAINED:.0f}% at | best unseen | seconds |",
+           "|---|---|---:|---:|---:|---:|---:|---:|"]
+  rows = [["task", "variant", "steps", "train", "unseen", "first_trained_step",
+           "best_unseen", "seconds"]]
+  curves = {}
+  for task in tasks:
+    for name in names:
+      result = results.get((task, name))
+      if result is None:
+        continue
+      value = variant_value(result)
+      curve = learning_curve(sweep_dir, task, name, result)
+      curves[task, name] = curve
+      train = None if value is None else value[3]
+      unseen = None if value is None else value[0]
+      first = _first_step(curve, "train", TRAINED) if curve else None
+      best = max(curve["unseen"]) if curve else None
+      seconds = curve["seconds"][-1] if curve else None
+      fmt = lambda v, d=1: MISSING if v is None else f"{v:.{d}f}"  # pylint: disable=unnecessary-lambda-assignment
+      mark = UNTRAINED_MARK if train is not None and train < TRAINED else ""
+      lines.append(f"| {task} | {name} | {result.get('step')} | {fmt(train)}{mark} | "
+                   f"{fmt(unseen)} | {MISSING if first is None else first} | {fmt(best)} | "
+                   f"{fmt(seconds, 0)} |")
+      rows.append([task, name, result.get("step"), train, unseen, first, best, seconds])
+  md = "\n".join(lines)
+  _write_both(out_dir, "study", md, rows)
+  for task in tasks:
+    plt, fig, (by_step, by_time) = _figure(6, 4, 2)
+    for i, name in enumerate(names):
+      curve = curves.get((task, name))
+      if not curve:
+        continue
+      color = plt.get_cmap("tab10")(i % 10)
+      for ax, xs in ((by_step, curve["steps"]), (by_time, curve["seconds"])):
+        ax.plot(xs, curve["train"], "-", color=color, label=f"{name} training lengths")
+        ax.plot(xs, curve["unseen"], "--", color=color, label=f"{name} unseen lengths")
+    by_step.set(xlabel="step", ylabel="accuracy (%)", title=task, ylim=(0, 102))
+    by_time.set(xlabel="training seconds", ylabel="accuracy (%)", title=task, ylim=(0, 102))
+    by_time.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    _save(plt, fig, os.path.join(out_dir, "figures", f"{task}.png"))
+  return {"kind": "study", "tasks": tasks, "variants": names, "curves": curves,
+          "table": md, "text": md}
 
 
 def _variants_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
@@ -772,6 +985,7 @@ REPORTS = {
     "figure2": lambda sweep_dir, results, out_dir: write_figure2_report(
         sweep_dir, results, out_dir),
     "table5": lambda sweep_dir, results, out_dir: write_table5_report(results, out_dir),
+    "study": write_study_report,
     "ito": lambda sweep_dir, results, out_dir: _ito_report(sweep_dir, results, out_dir),
 }
 

@@ -181,8 +181,9 @@ def test_figure3_report_reads_L_from_each_job(tmp_path):
   assert out["kind"] == "figure3" and out["values"] == [64, 128]
   rows = _table(out["table"])
   assert rows[0] == ["task", "L = 64", "L = 128"]
-  assert rows[1] == ["reverse_string", "70.0 ± 10.0 (80.0)", "50.0 ± 0.0 (50.0)"]
-  assert rows[2] == ["missing_duplicate_string", "–", "90.0 ± 0.0 (90.0)"]
+  assert rows[1] == ["reverse_string", "70.0 ± 10.0 (80.0) (train 100.0)",
+                     "50.0 ± 0.0 (50.0) (train 100.0)"]
+  assert rows[2] == ["missing_duplicate_string", "–", "90.0 ± 0.0 (90.0) (train 100.0)"]
   png = os.path.join(out["out_dir"], "figure3.png")
   assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 

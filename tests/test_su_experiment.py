@@ -191,14 +191,14 @@ def test_variant_report_mean_and_std_over_seeds(tmp_path):
   lines = out["table"].splitlines()
   table = [[c.strip() for c in line.split("|")[1:-1]] for line in lines[4:]]
   assert table[0] == ["task", "rope", "rope+logn"]  # The config's order, not sorted.
-  assert table[2] == ["even_pairs", "100.0 ± 0.0", "–"]
-  assert table[3] == ["reverse_string", "65.0 ± 25.0", "70.0 ± 16.3"]
+  assert table[2] == ["even_pairs", "100.0 ± 0.0 (train 100.0)", "–"]
+  assert table[3] == ["reverse_string", "65.0 ± 25.0 (train 100.0)", "70.0 ± 16.3 (train 100.0)"]
   rows = list(csv.reader(open(os.path.join(out["out_dir"], "variants.csv"))))
-  assert rows == [["task", "variant", "mean", "std", "seeds"],
-                  ["even_pairs", "rope", "100.00", "0.00", "1"],
-                  ["even_pairs", "rope+logn", "", "", ""],
-                  ["reverse_string", "rope", "65.00", "25.00", "2"],
-                  ["reverse_string", "rope+logn", "70.00", "16.33", "3"]]
+  assert rows == [["task", "variant", "mean", "std", "seeds", "training_mean"],
+                  ["even_pairs", "rope", "100.00", "0.00", "1", "100.00"],
+                  ["even_pairs", "rope+logn", "", "", "", ""],
+                  ["reverse_string", "rope", "65.00", "25.00", "2", "100.00"],
+                  ["reverse_string", "rope+logn", "70.00", "16.33", "3", "100.00"]]
   assert open(os.path.join(out["out_dir"], "variants.md")).read().strip().endswith(
       lines[-1])
   for task in ("even_pairs", "reverse_string"):

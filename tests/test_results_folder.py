@@ -1,0 +1,99 @@
+"""Results that live in the repository (issue 25, item 4): a sweep folder whose finished
+jobs keep only their small files (config.json, eval.json, metrics.jsonl; no checkpoints,
+as a fresh clone of results/ has them) is read by the sweep as finished and by the
+report, and a job whose settings differ from its files is not skipped."""
+import glob
+import importlib
+import os
+import shutil
+
+import pytest
+
+from configs import table1
+from experiments import report
+from experiments import sweep
+from tests.test_training import tiny_config
+
+RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
+# results/<folder> -> the sweep config that made it (the folder the README's commands name).
+COMMITTED = {"cpu_study": "configs.cpu_study"}
+SMALL_FILES = {"config.json", "eval.json", "metrics.jsonl"}
+
+
+def _config():
+  config = tiny_config(steps=4, checkpoint_every=2, log_every=2)
+  config.grid.seeds = (0, 1)
+  config.sweep = table1.get_config("scale=small").sweep
+  config.sweep.tasks = ("reverse_string",)
+  config.sweep.encodings = ("relative", "randomized_relative")
+  config.evaluation.max_length = 4
+  return config
+
+
+def _as_committed(sweep_dir):
+  """What git keeps of a sweep folder (.gitignore): the small files only."""
+  for job_dir in glob.glob(os.path.join(sweep_dir, "*", "*")):
+    for name in os.listdir(job_dir):
+      path = os.path.join(job_dir, name)
+      if name not in SMALL_FILES:
+        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+
+
+def _must_not_run(config_dict, workdir):
+  raise AssertionError(f"re-ran a finished job in {workdir}")
+
+
+def test_small_files_are_a_finished_sweep_and_a_report(tmp_path):
+  config = _config()
+  sweep_dir = str(tmp_path / "results" / "exp")
+  assert not sweep.run_sweep(config, sweep_dir).failed
+  _as_committed(sweep_dir)
+  assert sorted(os.listdir(os.path.join(sweep_dir, "reverse_string", "relative"))) == sorted(
+      SMALL_FILES)
+  again = sweep.run_sweep(config, sweep_dir, job_fn=_must_not_run)
+  assert (again.done, again.failed) == (2, [])
+  out = report.write_report(sweep_dir, str(tmp_path / "report"))
+  assert out["kind"] == "paper" and out["encodings"] == ["relative", "randomized_relative"]
+  assert [r["verdict"] for r in out["ordering"]] != ["missing"]
+  assert set(out["training"]) == {("reverse_string", "relative"),
+                                  ("reverse_string", "randomized_relative")}
+  assert all(v is not None for v in out["training"].values())
+
+
+def test_a_job_whose_settings_differ_from_its_files_is_not_skipped(tmp_path):
+  config = _config()
+  sweep_dir = str(tmp_path / "exp")
+  sweep.run_sweep(config, sweep_dir)
+  _as_committed(sweep_dir)
+  changed = _config()
+  changed.training.learning_rate = 3e-3  # Identity: the model differs.
+  changed.grid.learning_rates = ()
+  for job in sweep.make_jobs(changed, sweep_dir):
+    finished, why = sweep.job_status(job)
+    assert not finished and "training.learning_rate" in why, why
+  # More steps than the files hold: not finished (resumed, or trained again).
+  longer = _config()
+  longer.training.steps = 6
+  for job in sweep.make_jobs(longer, sweep_dir):
+    finished, why = sweep.job_status(job)
+    assert not finished and "step 4" in why, why
+  calls = []
+  sweep.run_sweep(longer, sweep_dir, job_fn=lambda c, w: calls.append(w))
+  assert len(calls) == 2
+
+
+@pytest.mark.parametrize("folder", sorted(COMMITTED))
+def test_committed_results_match_the_config_that_made_them(folder):
+  """Every job folder committed under results/FOLDER is a finished job of its config
+  today: editing the config without re-running its jobs fails here, not silently."""
+  sweep_dir = os.path.join(RESULTS, folder)
+  config = importlib.import_module(COMMITTED[folder]).get_config()
+  jobs = {job.name: job for job in sweep.make_jobs(config, sweep_dir)}
+  committed = [os.path.relpath(os.path.dirname(p), sweep_dir)
+               for p in glob.glob(os.path.join(sweep_dir, "*", "*", "eval.json"))]
+  if not committed:
+    pytest.skip(f"no finished job committed under results/{folder} yet")
+  for name in committed:
+    assert name in jobs, f"results/{folder}/{name} is no job of {COMMITTED[folder]}"
+    finished, why = sweep.job_status(jobs[name])
+    assert finished, f"results/{folder}/{name}: {why}"
