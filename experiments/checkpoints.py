@@ -38,7 +38,7 @@ def _is_os_error(error: BaseException) -> bool:
     return True
   text = str(error)
   return any(s in text for s in ("No space left", "Permission denied", "Read-only file",
-                                 "Disk quota exceeded"))
+                                 "Disk quota exceeded", "File too large", "os_error_code"))
 
 
 class Checkpoints:

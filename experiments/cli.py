@@ -7,6 +7,7 @@ system, a damaged file, a diverged loss) exit with 1, an interruption with 130.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -110,6 +111,91 @@ def check_folder(path: str | None, flag: str) -> None:
   """ValueError if `path`, the folder of --FLAG, exists as something else (a file)."""
   if path and os.path.exists(path) and not os.path.isdir(path):
     raise ValueError(f"--{flag}={path} is a file, not a folder; use another --{flag}")
+
+
+DEBUG_ENV = "RANDOMIZED_PE_DEBUG"  # Set (not 0): libraries' messages and tracebacks shown.
+LIBRARY_LOG = "library.log"  # Otherwise they go to this file of the workdir.
+
+
+def debug() -> bool:
+  return os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+class _LibraryLog:
+  """A text stream appending to a file once the file's folder exists (stderr before):
+  the messages and tracebacks libraries print from their threads (orbax's failed
+  background writes, tensorstore's callbacks) stay out of the terminal."""
+
+  def __init__(self, path: str):
+    self.path, self.file, self.used = path, None, False
+
+  def write(self, text: str) -> int:
+    if not text:
+      return 0
+    if self.file is None and os.path.isdir(os.path.dirname(self.path) or "."):
+      try:
+        self.file = open(self.path, "a", encoding="utf-8")  # pylint: disable=consider-using-with
+      except OSError:
+        pass
+    if self.file is None:
+      return sys.__stderr__.write(text)
+    try:
+      self.file.write(text)
+      self.file.flush()
+      self.used = True
+    except OSError:
+      pass  # A full disk: the one-line error still says what failed.
+    return len(text)
+
+  def flush(self) -> None:
+    pass
+
+  def close(self) -> None:
+    if self.file is not None:
+      try:
+        self.file.close()
+      except OSError:
+        pass
+
+
+@contextlib.contextmanager
+def library_output_to(path: str):
+  """Sends library log records (absl logging, used by orbax), exceptions of threads and
+  unraisable exceptions to the file `path` for the block, unless RANDOMIZED_PE_DEBUG is
+  set; yields the stream (None in debug mode), whose `used` says whether it got any."""
+  if debug():
+    yield None
+    return
+  import threading  # pylint: disable=import-outside-toplevel
+  import traceback  # pylint: disable=import-outside-toplevel
+
+  from absl import logging as absl_logging  # pylint: disable=import-outside-toplevel
+
+  stream = _LibraryLog(path)
+  handler = absl_logging.get_absl_handler().python_handler
+  saved = (handler.stream, sys.unraisablehook, threading.excepthook)
+
+  def unraisable(info):
+    stream.write("".join(traceback.format_exception(
+        info.exc_type, info.exc_value, info.exc_traceback)) + f"({info.err_msg or ''})\n")
+
+  def thread_exception(args):
+    stream.write(f"exception in thread {getattr(args.thread, 'name', '?')}:\n" + "".join(
+        traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback)))
+
+  handler.stream, sys.unraisablehook, threading.excepthook = stream, unraisable, thread_exception
+  try:
+    yield stream
+  finally:
+    handler.stream, sys.unraisablehook, threading.excepthook = saved
+    stream.close()
+
+
+def log_traceback(stream, error: BaseException) -> None:
+  """The traceback of `error` into the library log (stderr in debug mode)."""
+  import traceback  # pylint: disable=import-outside-toplevel
+  text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+  (stream or sys.stderr).write(text)
 
 
 def define_config(name: str, default: str, help_text: str):

@@ -8,7 +8,9 @@ same --workdir resumes from the last checkpoint. Exit codes: 0 done; 2 bad input
 (unknown flag, config key or name, impossible setting, a workdir holding another
 run), one line on stderr before anything compiles or any file is written; 1 the
 run failed (operating-system error, damaged file, workdir in use, non-finite
-loss), one line; 130 Ctrl-C, after saving a checkpoint at the current step.
+loss, out of memory, a library's failure), one line; the libraries' messages and the
+traceback go to WORKDIR/library.log, or to stderr with RANDOMIZED_PE_DEBUG=1; 130
+Ctrl-C, after saving a checkpoint at the current step.
 """
 import os
 import sys
@@ -63,16 +65,38 @@ def main(argv):
         f"({config.model.compat} semantics), "
         f"{config.training.steps} steps on {jax.device_count()} {jax.default_backend()} "
         f"device(s); writing to {workdir}", flush=True)
-  try:
-    result = loop.train_and_evaluate(config, workdir)
-  except ValueError as e:
-    cli.fail(cli.one_line(e))
-  except stopping.Interrupted as e:
-    print(f"interrupted: {e}", file=sys.stderr, flush=True)
-    sys.exit(e.exit_code)
-  except (workdir_lib.WorkdirBusy, loop.NonFiniteLossError, io_utils.CorruptFileError,
-          checkpoints.StorageError, OSError) as e:
-    cli.fail(cli.one_line(e), cli.EXIT_FAILED)
+  log_path = os.path.join(os.path.abspath(workdir), cli.LIBRARY_LOG)
+  with cli.library_output_to(log_path) as library_log:
+
+    def details() -> str:
+      if library_log is not None and library_log.used:
+        return f" (the libraries' messages: {log_path})"
+      return "" if library_log is None else f" (set {cli.DEBUG_ENV}=1 for a traceback)"
+
+    try:
+      result = loop.train_and_evaluate(config, workdir)
+    except ValueError as e:
+      cli.fail(cli.one_line(e))
+    except stopping.Interrupted as e:
+      print(f"interrupted: {e}", file=sys.stderr, flush=True)
+      sys.exit(e.exit_code)
+    except (workdir_lib.WorkdirBusy, loop.NonFiniteLossError, io_utils.CorruptFileError,
+            checkpoints.StorageError, OSError) as e:
+      if library_log is None:  # Debug mode: the traceback too.
+        cli.log_traceback(None, e)
+      cli.fail(cli.one_line(e) + (details() if library_log is None or library_log.used
+                                  else ""), cli.EXIT_FAILED)
+    except MemoryError as e:
+      cli.log_traceback(library_log, e)
+      cli.fail(f"out of memory{': ' + cli.one_line(e) if str(e) else ''}; lower "
+               "training.batch_size, evaluation.batch_size or the model's size"
+               + details(), cli.EXIT_FAILED)
+    except Exception as e:  # pylint: disable=broad-except
+      cli.log_traceback(library_log, e)
+      if "RESOURCE_EXHAUSTED" in str(e):
+        cli.fail(f"out of device memory: {cli.one_line(e)[:300]}; lower training.batch_size, "
+                 "evaluation.batch_size or the model's size" + details(), cli.EXIT_FAILED)
+      cli.fail(f"{type(e).__name__}: {cli.one_line(e)[:500]}" + details(), cli.EXIT_FAILED)
   print(results.summary_table(result))
   kind = "accuracies per split and group" if "splits" in result else "per-length accuracies"
   print(f"{kind}: {os.path.join(workdir, 'eval.json')}")

@@ -234,3 +234,30 @@ def test_a_checkpoint_of_another_run_is_refused_even_when_config_json_is_edited(
   with open(path, "w") as f:
     json.dump(stored, f)
   assert loop.train_and_evaluate(tiny_config(steps=4), run)["step"] == 4
+
+
+def _file_size_limit(limit):
+  import resource  # pylint: disable=import-outside-toplevel
+  return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_a_full_disk_while_saving_is_one_line_and_the_details_go_to_a_log(tmp_path, debug):
+  run = tmp_path / "run"
+  env = {**ENV, "RANDOMIZED_PE_DEBUG": "1" if debug else ""}
+  out = subprocess.run(
+      [sys.executable, "-m", "experiments.train", f"--workdir={run}", *TINY_FLAGS,
+       "--config.training.steps=4", "--config.compilation_cache=off"],
+      cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+      preexec_fn=_file_size_limit(4096))
+  assert out.returncode == 1, out.stderr[-3000:]
+  errors = [l for l in out.stderr.splitlines() if l.startswith("error: ")]
+  assert len(errors) == 1, out.stderr[-3000:]
+  last = errors[0]
+  assert last.startswith("error: cannot save the checkpoint of step 4"), out.stderr[-3000:]
+  if debug:
+    assert "Traceback" in out.stderr
+  else:
+    assert _one_error_line(out.stderr) == last
+    assert last.endswith(f"(the libraries' messages: {run}/library.log)")
+    assert "Traceback" in (run / "library.log").read_text()
