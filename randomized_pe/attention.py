@@ -45,7 +45,19 @@ import jax.numpy as jnp
 # measurement on a 2-core CPU (700k beat 300k and 1.4M at T = 40 and 72).
 CPU_CHUNK_ELEMENTS = 700_000
 
-_MASKED = jnp.finfo(jnp.float32).min
+
+
+def _masked(logits: jax.Array, key_mask) -> jax.Array:
+  """logits with masked keys at the dtype's lowest value (their weight underflows to 0)."""
+  if key_mask is None:
+    return logits
+  low = jnp.asarray(jnp.finfo(logits.dtype).min, logits.dtype)
+  return jnp.where(key_mask[:, None, None, :], logits, low)
+
+
+def _batched(bias: jax.Array) -> jax.Array:
+  """A bias [H, T, S] shared by the batch, or [b, H, T, S] per row, as [b or 1, H, T, S]."""
+  return bias if bias.ndim == 4 else bias[None]
 
 ScoreFn = Callable[..., jax.Array]  # (q, k) or, with query_input, (q, k, query_input).
 WeightsFn = Callable[[jax.Array, Optional[jax.Array]], jax.Array]  # (logits, key_mask).
@@ -92,8 +104,8 @@ def attention_logits(q: jax.Array, k: jax.Array, score_fn: ScoreFn = dot_scores,
     q: [b, T, H, D] queries; k: [b, S, H, D] keys.
     score_fn: (q, k) -> [b, H, T, S] logits, scaled by 1 / sqrt(D) and biased as the
       encoding wants.
-    bias: optional [H, T, S] added after the scale (ALiBi's position bias), or before
-      it with scale_bias.
+    bias: optional [H, T, S] (or [b, H, T, S], one per row) added after the scale
+      (ALiBi's position bias), or before it with scale_bias.
     logit_scale: optional float [b]: row b's logits are multiplied by logit_scale[b]
       (log-n scaling). None leaves the logits as score_fn (+ bias) gives them: not
       even a multiplication by 1 is added.
@@ -106,13 +118,13 @@ def attention_logits(q: jax.Array, k: jax.Array, score_fn: ScoreFn = dot_scores,
   """
   logits = score_fn(q, k) if query_input is None else score_fn(q, k, query_input)
   if logit_scale is None:
-    return logits if bias is None else logits + bias[None]
+    return logits if bias is None else logits + _batched(bias)
   scale = logit_scale[:, None, None, None]
   if bias is None:
     return logits * scale
   if scale_bias:
-    return (logits + bias[None]) * scale
-  return logits * scale + bias[None]
+    return (logits + _batched(bias)) * scale
+  return logits * scale + _batched(bias)
 
 
 def default_chunk_rows(batch: int, heads: int, q_len: int, k_len: int,
@@ -140,8 +152,7 @@ def softmax_attend(logits: jax.Array, v: jax.Array, key_mask=None) -> jax.Array:
   the same values (up to rounding) with one fewer pass over the largest tensor.
   key_mask: optional bool [b, S]; False keys get no weight.
   """
-  if key_mask is not None:
-    logits = jnp.where(key_mask[:, None, None, :], logits, _MASKED)
+  logits = _masked(logits, key_mask)
   shift = jax.lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True))
   unnormalised = jnp.exp(logits - shift)  # [b, H, T, S]
   total = jnp.sum(unnormalised, axis=-1)  # [b, H, T]
@@ -154,9 +165,7 @@ def softmax_weights(logits: jax.Array, key_mask=None) -> jax.Array:
 
   The weights `softmax_attend` applies (it normalises after the product instead).
   """
-  if key_mask is not None:
-    logits = jnp.where(key_mask[:, None, None, :], logits, _MASKED)
-  return jax.nn.softmax(logits, axis=-1)
+  return jax.nn.softmax(_masked(logits, key_mask), axis=-1)
 
 
 def attention_weights(logits: jax.Array, key_mask=None,
@@ -188,7 +197,8 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, score_fn: ScoreFn = dot_
       the model wants (default: `dot_scores`).
     key_mask: optional bool [B, S]; False keys (padding) get no weight.
     bias, logit_scale, scale_bias: see `attention_logits` (logit_scale is [B], split
-      into chunks with the rows; bias is shared by all rows).
+      into chunks with the rows; a bias [H, T, S] is shared by all rows, a bias
+      [B, H, T, S], e.g. ALiBi's of positions [B, T], is split with them).
     chunk_rows: batch rows per chunk; None picks `default_chunk_rows`. A value
       >= B computes the whole batch at once.
     weights_fn: (logits [b, H, T, S], key_mask [b, S] or None) -> weights [b, H, T, S]
@@ -199,17 +209,32 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, score_fn: ScoreFn = dot_
       score_fn (see `attention_logits`).
 
   Returns:
-    [B, T, H, D].
+    [B, T, H, D], in the dtype of q, k and v (promoted), whatever the bias's or mask's.
   """
+  q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
+  if q.ndim != 4 or k.ndim != 4 or k.shape != v.shape[:3] + k.shape[3:] or v.ndim != 4 or (
+      k.shape[0], k.shape[2]) != (q.shape[0], q.shape[2]):
+    raise ValueError(f"attention takes q [B, T, H, D] and k, v [B, S, H, D] (v may have "
+                     f"another D); got {list(q.shape)}, {list(k.shape)}, {list(v.shape)}")
   batch, q_len, heads, head_size = q.shape
+  if key_mask is not None and (jnp.ndim(key_mask) != 2
+                               or jnp.shape(key_mask)[0] not in (1, batch)
+                               or jnp.shape(key_mask)[1] != k.shape[1]):
+    raise ValueError(f"key_mask must be bool [{batch}, {k.shape[1]}] (or [1, {k.shape[1]}]), "
+                     f"got {list(jnp.shape(key_mask))}")
+  if bias is not None and jnp.shape(bias) not in ((heads, q_len, k.shape[1]),
+                                                  (batch, heads, q_len, k.shape[1])):
+    raise ValueError(f"bias must be [{heads}, {q_len}, {k.shape[1]}] or [{batch}, {heads}, "
+                     f"{q_len}, {k.shape[1]}], got {list(jnp.shape(bias))}")
+  out_dtype = jnp.result_type(q.dtype, k.dtype, v.dtype)
   if chunk_rows is None:
     chunk_rows = default_chunk_rows(batch, heads, q_len, k.shape[1])
   if chunk_rows < 1:
     raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
 
   def one(rows):
-    logits = attention_logits(rows["q"], rows["k"], score_fn, bias, rows.get("logit_scale"),
-                              scale_bias, rows.get("query_input"))
+    logits = attention_logits(rows["q"], rows["k"], score_fn, rows.get("bias", bias),
+                              rows.get("logit_scale"), scale_bias, rows.get("query_input"))
     if weights_fn is None:
       return softmax_attend(logits, rows["v"], rows.get("key_mask"))
     weights = weights_fn(logits, rows.get("key_mask"))  # [b, H, T, S]
@@ -223,8 +248,12 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, score_fn: ScoreFn = dot_
     inputs["logit_scale"] = logit_scale
   if query_input is not None:
     inputs["query_input"] = query_input
+  if bias is not None and jnp.ndim(bias) == 4:
+    inputs["bias"] = bias
   if chunk_rows >= batch:
-    return one(inputs)
+    return one(inputs).astype(out_dtype)
+  if key_mask is not None:  # Split with the rows.
+    inputs["key_mask"] = jnp.broadcast_to(key_mask, (batch, k.shape[1]))
 
   num_chunks = -(-batch // chunk_rows)
   padded = num_chunks * chunk_rows
@@ -239,5 +268,5 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, score_fn: ScoreFn = dot_
 
   body = jax.checkpoint(one, prevent_cse=False)  # Recompute, do not store, in the backward.
   out = jax.lax.map(body, {name: split(x) for name, x in inputs.items()})
-  out = jnp.swapaxes(out, 0, 1).reshape(padded, q_len, heads, head_size)
-  return out[:batch]
+  out = jnp.swapaxes(out, 0, 1).reshape(padded, q_len, heads, v.shape[-1])
+  return out[:batch].astype(out_dtype)

@@ -62,6 +62,7 @@ from typing import Any, Callable, Mapping, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from randomized_pe import attention as attn_lib
 from randomized_pe import encodings as enc
@@ -81,26 +82,95 @@ class ParamSpec:
   init: Callable[..., jax.Array]
 
 
+class Settings(Mapping[str, Any]):
+  """A read-only, hashable mapping of setting names to values (a Context's settings)."""
+
+  def __init__(self, items=()):
+    self._items = dict(items)
+
+  def __getitem__(self, name):
+    return self._items[name]
+
+  def __iter__(self):
+    return iter(self._items)
+
+  def __len__(self):
+    return len(self._items)
+
+  def __hash__(self):
+    return hash(tuple(sorted(self._items.items())))
+
+  def __repr__(self):
+    return f"Settings({self._items!r})"
+
+
+def declared_settings() -> dict[str, Any]:
+  """Every setting a registered family declares, with its default."""
+  out = {}
+  for family in FAMILIES:
+    for name, default in family.settings.items():
+      out.setdefault(name, default)
+  return out
+
+
 @dataclasses.dataclass(frozen=True)
 class Context:
-  """What a family may read about the model it is in.
+  """What a family may read about the model it is in; hashable (a static jit argument).
+
+  Outside a model, build one with `Context.create(d_model, num_heads, ...)`.
 
   Attributes:
-    d_model, num_heads, head_size: the model's sizes.
+    d_model, num_heads, head_size: the model's sizes (head_size 0: d_model // num_heads).
     max_position: L, the range sampled positions come from (rows of a learned table).
-    settings: the family's declared settings, resolved from the model's config.
-    behaviour: the release behaviour record (`randomized_pe.release`).
+    settings: the family's settings, resolved from the model's config; a setting left
+      out reads as the default its family declares (`Family.settings`).
+    behaviour: the release behaviour record (`randomized_pe.release`; default: the paper).
     randomized: the training positions are sampled (not arange): the release's
       randomized code path (release item 1 applies to it only).
   """
 
   d_model: int
   num_heads: int
-  head_size: int
-  max_position: int
-  settings: Mapping[str, Any]
-  behaviour: release_lib.Behaviour
-  randomized: bool
+  head_size: int = 0
+  max_position: int = 2048
+  settings: Mapping[str, Any] = dataclasses.field(default_factory=Settings)
+  behaviour: release_lib.Behaviour = release_lib.PAPER
+  randomized: bool = False
+
+  def __post_init__(self):
+    if self.head_size == 0 and self.num_heads and self.d_model % self.num_heads == 0:
+      object.__setattr__(self, "head_size", self.d_model // self.num_heads)
+    object.__setattr__(self, "settings", Settings({**declared_settings(), **self.settings}))
+
+  @classmethod
+  def create(cls, d_model: int, num_heads: int, *, max_position: int = 2048,
+             compat: str = "paper", randomized: bool = False, **settings) -> "Context":
+    """A checked Context with defaults: e.g. `Context.create(64, 8, max_timescale=1e4)`.
+
+    Args:
+      d_model, num_heads: the model's sizes; d_model / num_heads must be an even int.
+      max_position: L.
+      compat: "paper" or "release" (`randomized_pe.release`).
+      randomized: the training positions are sampled (release item 1).
+      **settings: family settings (`declared_settings()` lists them with their defaults).
+
+    Raises:
+      ValueError: one line naming the bad argument (and the valid settings).
+    """
+    for name, value in [("d_model", d_model), ("num_heads", num_heads),
+                        ("max_position", max_position)]:
+      if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"Context.create: {name} must be an int >= 1, got {value!r}")
+    if d_model % num_heads or (d_model // num_heads) % 2:
+      raise ValueError(f"Context.create: d_model={d_model} must be num_heads={num_heads} times "
+                       "an even head size")
+    valid = declared_settings()
+    unknown = sorted(set(settings) - set(valid))
+    if unknown:
+      raise ValueError(f"Context.create: unknown setting {', '.join(unknown)}; valid settings: "
+                       f"{', '.join(sorted(valid))}")
+    return cls(int(d_model), int(num_heads), int(d_model) // int(num_heads), int(max_position),
+               Settings(settings), release_lib.resolve(compat), bool(randomized))
 
 
 def no_params(ctx: Context) -> dict:
@@ -199,6 +269,49 @@ def draws_per_layer(family: Family, sampler: samplers_lib.Sampler,
                     behaviour: release_lib.Behaviour) -> bool:
   """Whether every layer gets its own draw (release item 2)."""
   return behaviour.per_layer_positions and family.release_per_layer and sampler.random
+
+
+def sample_positions(encoding, key: jax.Array, length, max_position: int, *,
+                     sampler=None, compat: str = "paper", num_layers: int = 1,
+                     padded_length: Optional[int] = None,
+                     settings: Optional[Mapping[str, Any]] = None) -> jax.Array:
+  """Positions for one batch, as the paper's encoder draws them (release-aware).
+
+  Args:
+    encoding: an encoding name (`names()`) or an `Encoding`.
+    key: PRNG key of this batch.
+    length: T (any integer, e.g. np.int64; a traced int with padded_length).
+    max_position: L.
+    sampler: a sampler name or `Sampler` replacing the encoding's own (e.g. the
+      evaluation sampler); None: the encoding's.
+    compat: "paper" or "release". Under "release" relative and ALiBi read the release's
+      offset table (item 5) and random draws are per layer (item 2).
+    num_layers: N, the number of draws where the release draws per layer.
+    padded_length: pad to this static size (see `randomized_pe.samplers`).
+    settings: the model settings samplers may declare (e.g. beta_max_length); each
+      sampler takes the ones it declares, its defaults for the others.
+
+  Returns:
+    [T] (or [padded_length]); [N, T] where the release draws per layer.
+  """
+  if not isinstance(encoding, Encoding):
+    encoding = get(encoding)
+  if sampler is None:
+    sampler = encoding.sampler
+  if not isinstance(sampler, samplers_lib.Sampler):
+    sampler = samplers_lib.get(sampler)
+  behaviour = release_lib.resolve(compat)
+  sampler = release_sampler(encoding.family, sampler, behaviour)  # Release item 5.
+  settings = {} if settings is None else settings
+  draw_settings = {name: settings.get(name, default)
+                   for name, default in sampler.settings.items()}
+
+  def draw(k):
+    return sampler(k, length, max_position, padded_length, **draw_settings)
+
+  if draws_per_layer(encoding.family, sampler, behaviour):  # Release item 2.
+    return jax.vmap(draw)(jax.random.split(key, num_layers))
+  return draw(key)
 
 
 # --------------------------------------------------------------------------

@@ -43,14 +43,47 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Mapping, Optional
 
+import functools
+import operator
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from randomized_pe import registry
 
 
+def static_int(value):
+  """An integer-like value (int, np.int64, a concrete 0-d integer array) as a Python int;
+  None for a traced value; anything else (floats, bools) unchanged, for the caller's
+  one-line error."""
+  if isinstance(value, (bool, np.bool_)) or value is None:
+    return value
+  if isinstance(value, jax.core.Tracer):
+    return None
+  if isinstance(value, (int, np.integer)) or (
+      hasattr(value, "dtype") and jnp.ndim(value) == 0
+      and jnp.issubdtype(value.dtype, jnp.integer)):
+    return operator.index(value)
+  return value
+
+
+def integer_args(fn):
+  """Lets a sampler take integer-like length, max_position and padded_length (np.int64,
+  a concrete 0-d integer array) as Python ints; a traced length stays traced."""
+
+  @functools.wraps(fn)
+  def wrapped(key, length, max_position=1, padded_length=None, **settings):
+    static = static_int(length)
+    return fn(key, length if static is None else static, static_int(max_position),
+              static_int(padded_length), **settings)
+
+  return wrapped
+
+
 def check_length(length: int, max_position: int) -> None:
-  """Raises a one-line ValueError unless 0 <= length <= max_position (Python ints)."""
+  """Raises a one-line ValueError unless 0 <= length <= max_position (integers)."""
+  length, max_position = static_int(length), static_int(max_position)
   if not isinstance(length, int) or length < 0:
     raise ValueError(f"length must be a non-negative int, got {length!r}")
   if not isinstance(max_position, int) or max_position < 1:
@@ -64,14 +97,17 @@ def check_length(length: int, max_position: int) -> None:
 
 
 def _static_size(length, padded_length) -> int:
-  """The static output size: padded_length, or length (which must then be a Python int)."""
+  """The static output size: padded_length, or length (which must then be static)."""
+  static_length, padded_length = static_int(length), static_int(padded_length)
   if padded_length is None:
-    if not isinstance(length, int):
+    if static_length is None:
       raise ValueError("a traced length needs a static padded_length")
-    return length
+    if not isinstance(static_length, int) or static_length < 0:
+      raise ValueError(f"length must be a non-negative integer, got {length!r}")
+    return static_length
   if not isinstance(padded_length, int) or padded_length < 0:
     raise ValueError(f"padded_length must be a non-negative int, got {padded_length!r}")
-  if isinstance(length, int) and length > padded_length:
+  if isinstance(static_length, int) and static_length > padded_length:
     raise ValueError(f"length={length} > padded_length={padded_length}")
   return padded_length
 
@@ -84,12 +120,14 @@ def _sorted_prefix(draws: jax.Array, length, fill) -> jax.Array:
   return jnp.where(valid, ordered, fill).astype(jnp.int32)
 
 
+@integer_args
 def arange(key, length, max_position: int = 1, padded_length: Optional[int] = None):
   """0..T-1 (int32[T]); padded: 0..P-1 (positions past T are masked by the model)."""
   del key, max_position
   return jnp.arange(_static_size(length, padded_length), dtype=jnp.int32)
 
 
+@integer_args
 def unsorted(key, length, max_position: int, padded_length: Optional[int] = None):
   """`length` distinct positions uniform from [0, max_position), in draw order.
 
@@ -105,6 +143,7 @@ def unsorted(key, length, max_position: int, padded_length: Optional[int] = None
   return jnp.where(jnp.arange(size) < length, draws, max_position - 1).astype(jnp.int32)
 
 
+@integer_args
 def randomized(key, length, max_position: int, padded_length: Optional[int] = None):
   """`length` distinct positions uniform from [0, max_position), sorted: int32[T], increasing.
 
@@ -122,6 +161,7 @@ def randomized(key, length, max_position: int, padded_length: Optional[int] = No
   return _sorted_prefix(draws, length, max_position - 1)
 
 
+@integer_args
 def evenly_spaced(key, length, max_position: int, padded_length: Optional[int] = None):
   """floor(k * max_position / length) for k < length: spread over [0, L) evenly, int32.
 
@@ -136,6 +176,7 @@ def evenly_spaced(key, length, max_position: int, padded_length: Optional[int] =
   return jnp.where(k < length, spaced, max_position - 1).astype(jnp.int32)
 
 
+@integer_args
 def offsets(key, length, max_position: int, padded_length: Optional[int] = None):
   """The release's sorted distance table for relative and ALiBi (docs/release.md, item 5).
 
@@ -172,6 +213,7 @@ def _stretched(span, length, size: int, fill) -> jax.Array:
   return jnp.where(k < length, k * spacing, fill).astype(jnp.float32)
 
 
+@integer_args
 def equal_mean_exponential(key, length, max_position: int,
                            padded_length: Optional[int] = None):
   """Su's equal-mean positions, exponential span: linspace(0, 1, T) * s, s ~ Exp(mean T).
@@ -192,6 +234,7 @@ def equal_mean_exponential(key, length, max_position: int,
   return _stretched(span, length, size, max_position - 1)
 
 
+@integer_args
 def equal_mean_beta(key, length, max_position: int, padded_length: Optional[int] = None, *,
                     beta_max_length: int, beta_concentration: float):
   """Su's equal-mean positions, beta span: linspace(0, 1, T) * s, s = M u, u ~ Beta(a, b).
@@ -221,7 +264,7 @@ def equal_mean_beta(key, length, max_position: int, padded_length: Optional[int]
                      f"sequence) >= 1, got {beta_max_length!r}")
   if not beta_concentration > 0:
     raise ValueError(f"equal_mean_beta needs beta_concentration > 0, got {beta_concentration!r}")
-  if isinstance(length, int) and length > beta_max_length:
+  if isinstance(static_int(length), int) and length > beta_max_length:
     raise ValueError(f"equal_mean_beta cannot draw spans with mean length={length} > "
                      f"beta_max_length={beta_max_length} (M)")
   mean = jnp.minimum(jnp.asarray(length, jnp.float32) * (1.0 / beta_max_length), 1.0)  # T / M
@@ -230,6 +273,7 @@ def equal_mean_beta(key, length, max_position: int, padded_length: Optional[int]
   return _stretched(u * beta_max_length, length, size, max_position - 1)
 
 
+@integer_args
 def linspace(key, length, max_position: int, padded_length: Optional[int] = None):
   """linspace(0, 1, T) * T, float32: the mean draw of the equal-mean samplers.
 

@@ -225,13 +225,11 @@ class EncoderConfig:
     Returns:
       [T] (or [padded_length]); [N, T] where the release draws per layer (release item 2).
     """
-    sampler = self.eval_sampler if evaluation else self.train_sampler
-    family, behaviour = self.family, self.behaviour
-    sampler = families.release_sampler(family, sampler, behaviour)  # Release item 5.
-    if families.draws_per_layer(family, sampler, behaviour):  # Release item 2.
-      keys = jax.random.split(key, self.num_layers)
-      return jax.vmap(lambda k: self._draw(sampler, k, length, padded_length))(keys)
-    return self._draw(sampler, key, length, padded_length)
+    # The pure core's function (release items 2 and 5), with this config's settings.
+    return families.sample_positions(
+        self.encoding, key, length, self.max_position,
+        sampler=self.eval_sampler if evaluation else self.train_sampler, compat=self.compat,
+        num_layers=self.num_layers, padded_length=padded_length, settings=vars(self))
 
   def _draw(self, sampler: samplers_lib.Sampler, key, length, padded_length=None):
     """One draw of `sampler` with the settings it declares taken from this config."""
