@@ -15,6 +15,7 @@ import math
 import ml_collections
 
 from experiments import data
+from experiments import memory
 from experiments import steps
 
 _INT32 = (-2**31, 2**31 - 1)
@@ -184,3 +185,5 @@ def validate(config: ml_collections.ConfigDict, device_count: int = 1) -> None:
   model = steps.build_model(config, source.task)  # Model settings, encoding and samplers.
   steps.make_optimizer(config)  # The optimizer and its settings.
   source.check(model, device_count)  # Lengths, or the dataset's settings.
+  # The largest programs against the memory available (experiments/memory.py).
+  memory.check(config, source, len(steps.grid_members(config)))

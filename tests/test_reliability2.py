@@ -33,6 +33,9 @@ def _run(module, args, timeout=300, env=None):
     ("train", ["--config.grid.learning_rates=(0.001,0.001)"], "(0.001 is given twice)"),
     ("train", ["--config.data_seed=-2"],
      "data_seed must be an integer in [0, 2147483647], or -1 (the same as seed), got -2"),
+    # 7: a program that cannot fit in memory, refused before training.
+    ("train", ["--config.evaluation.batch_size=2000000000"],
+     "the evaluation would need at least"),
     # 2: a setting the grid replaces.
     ("train", ["--config.grid.learning_rates=(0.001,0.002)",
                "--config.training.learning_rate=0.01"],
@@ -261,3 +264,22 @@ def test_a_full_disk_while_saving_is_one_line_and_the_details_go_to_a_log(tmp_pa
     assert _one_error_line(out.stderr) == last
     assert last.endswith(f"(the libraries' messages: {run}/library.log)")
     assert "Traceback" in (run / "library.log").read_text()
+
+
+def test_programs_that_cannot_fit_in_memory_are_refused_up_front(tmp_path, monkeypatch):
+  from experiments import memory  # pylint: disable=import-outside-toplevel
+  monkeypatch.setenv(memory.LIMIT_ENV, str(2**30))  # A fake limit of 1 GiB.
+  validation.validate(tiny_config())  # Fits.
+  big_evaluation = tiny_config()
+  big_evaluation.evaluation.batch_size = 50_000_000
+  with pytest.raises(ValueError, match=r"the evaluation would need at least [0-9.]+ GiB of "
+                     r"memory, more than the 1.0 GiB available \(\$RANDOMIZED_PE_MEMORY_LIMIT"
+                     r"\); lower evaluation.batch_size"):
+    validation.validate(big_evaluation)
+  big_training = tiny_config()
+  big_training.training.batch_size = 100_000
+  big_training.model.num_layers = 8
+  with pytest.raises(ValueError, match=r"the training would need at least .* lower "
+                     r"training.batch_size"):
+    loop.train_and_evaluate(big_training, str(tmp_path / "run"))
+  assert not (tmp_path / "run").exists()
