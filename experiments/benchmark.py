@@ -30,6 +30,17 @@ Sections:
          (or each of --demo_configs) in a fresh workdir, cold cache then warm, with
          the accuracies it reached.
          `--quick` runs it all on a tiny model to check that it works.
+  ito:   Ito et al.'s Latin-square model (configs/latin_square.py:encoding=learn,
+         sigma=0.2,scale=small; not in the default sections, --sections=ito): this
+         CPU's float32 matmul throughput (jnp.dot of two 2048 x 2048 matrices, best of
+         10) measured in the same run; then for one model and a grid of seeds in one
+         program (--ito_seeds=1,3): the FLOPs of the compiled training step from XLA's
+         cost analysis (`lower(...).compile().cost_analysis()`) beside an analytic count
+         of its matrix products, steps/s of that program (--ito_steps model steps),
+         the achieved GFLOP/s and its fraction of the matmul's, and the share of the
+         step's op time by category (matmul, reduction, elementwise fusion, copy, ...)
+         from a jax.profiler trace of a few steps (--ito_profile_steps; the CPU runtime
+         records one event per executed HLO op, categorised from the optimized HLO).
 
 This process never reads a persistent compilation cache (compile seconds mean
 compiling); the `cache` and `demo` parts start subprocesses with their own folders
@@ -89,6 +100,12 @@ _SCRATCH = flags.DEFINE_string("scratch", None, "Folder for the subprocesses' ca
                                "workdirs and logs (default: a new temporary folder).")
 _QUICK = flags.DEFINE_bool("quick", False, "A tiny model and few steps: checks that "
                            "`buckets` runs; its figures mean nothing.")
+_ITO_SEEDS = flags.DEFINE_list("ito_seeds", ["1", "3"], "Grid sizes timed by `ito` "
+                              "(seeds of configs/latin_square.py in one program).")
+_ITO_STEPS = flags.DEFINE_integer("ito_steps", 30, "Timed model steps per grid size (ito): "
+                                  "grid steps = this / models, at least 2.")
+_ITO_PROFILE_STEPS = flags.DEFINE_integer("ito_profile_steps", 3, "Grid steps profiled "
+                                          "for the op shares (ito; 0: no profile).")
 _CACHE_CHILD = flags.DEFINE_integer("cache_child", None, "Internal: compile the training "
                                     "programs of this max_programs and print the times.")
 
@@ -615,8 +632,250 @@ def bench_buckets(repeats: int) -> dict:
   return results
 
 
+
+# --------------------------------------------------------------------------
+# ito: Ito et al.'s Latin-square model, FLOPs and achieved throughput (issue 26, item 1).
+
+ITO_CONFIG = "encoding=learn,sigma=0.2,scale=small"
+MATMUL_SIZE = 2048
+
+
+def matmul_throughput(size: int = MATMUL_SIZE, repeats: int = 10) -> dict:
+  """This CPU's float32 jnp.dot of two size x size matrices: the best of `repeats`
+  timed calls after a warm-up (2 size^3 FLOPs each)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+
+  keys = jax.random.split(jax.random.PRNGKey(0))
+  a = jax.random.normal(keys[0], (size, size), jnp.float32)
+  b = jax.random.normal(keys[1], (size, size), jnp.float32)
+  dot = jax.jit(jnp.dot)
+  dot(a, b).block_until_ready()
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    dot(a, b).block_until_ready()
+    times.append(time.perf_counter() - start)
+  flops = 2.0 * size ** 3
+  return {"size": size, "repeats": repeats, "best_s": min(times),
+          "median_s": statistics.median(times), "gflops_best": flops / min(times) / 1e9,
+          "gflops_median": flops / statistics.median(times) / 1e9}
+
+
+def ito_matmul_flops(config) -> float:
+  """The analytic FLOPs of the matrix products of one training step of one model of
+  Ito's Transformer (randomized_pe/models/ito.py), 2 m n k per product: forward per
+  token the embedding (vocabulary 6 x d), per block the q, k, v and output projections
+  (4 d^2), the scores and the weighted values (2 T d) and the MLP (2 d m), and the
+  read-out on every cell (d x 4 classes); the backward pass twice the forward (the
+  gradients of the inputs and of the weights), less the input gradient of the embedding.
+  Elementwise work (GELU, LayerNorm, softmax, Adam) is not counted."""
+  m = config.model
+  d, mlp, layers = m.d_model, m.mlp_size, m.num_layers
+  tokens = config.training.batch_size * 16
+  cells = 16
+  embed = 2 * 6 * d
+  block = 2 * (4 * d * d + 2 * cells * d + 2 * d * mlp)
+  readout = 2 * d * 4
+  forward = tokens * (embed + layers * block + readout)
+  return float(3 * forward - tokens * embed)
+
+
+def _hlo_categories(hlo_text: str) -> dict:
+  """{instruction name: category} for the instructions of an optimized HLO module:
+  "matmul" (a dot or convolution, or a fusion or custom call holding one),
+  "reduction" (a fusion with a reduce), "elementwise/other fusion", "copy/transpose",
+  "control" (while, call, conditional: their bodies' ops are counted instead), or the
+  opcode."""
+  import re  # pylint: disable=import-outside-toplevel
+
+  line_re = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*\S.*?\s([a-z][\w\-]*)\(")
+  computations, current = {}, None
+  instructions = {}
+  for line in hlo_text.splitlines():
+    header = re.match(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$", line)
+    if header and "=" not in line.split("{")[0]:
+      current = header.group(1)
+      computations[current] = set()
+      continue
+    found = line_re.match(line)
+    if not found or current is None:
+      continue
+    name, opcode = found.groups()
+    computations[current].add(opcode)
+    calls = re.findall(r"calls=%?([\w.\-]+)", line)
+    target = re.search(r'custom_call_target="([^"]+)"', line)
+    instructions[name] = (opcode, calls, target.group(1) if target else "")
+
+  def inner(computation, seen=()):
+    ops = set(computations.get(computation, ()))
+    return ops
+
+  out = {}
+  for name, (opcode, calls, target) in instructions.items():
+    ops = set()
+    for c in calls:
+      ops |= inner(c)
+    if opcode in ("dot", "convolution") or ops & {"dot", "convolution"} or (
+        opcode == "custom-call" and re.search("matmul|dot|gemm", target, re.I)):
+      category = "matmul"
+    elif opcode in ("while", "call", "conditional"):
+      category = "control"
+    elif opcode == "fusion":
+      category = "reduction" if ops & {"reduce", "reduce-window"} else "elementwise/other fusion"
+    elif opcode in ("copy", "transpose"):
+      category = "copy/transpose"
+    elif opcode in ("reduce", "reduce-window"):
+      category = "reduction"
+    else:
+      category = opcode
+    out[name] = category
+  return out
+
+
+def profile_shares(run_steps, hlo_text: str, scratch: str) -> dict:
+  """The share of the time of the step's HLO ops by category, from a jax.profiler trace
+  of `run_steps()`: the XLA CPU runtime records one event per executed op (stat
+  `hlo_op`); events are summed per category (`_hlo_categories`); ops that ran in
+  parallel on the two cores both count, so shares are of the summed op time."""
+  import glob  # pylint: disable=import-outside-toplevel
+
+  import jax  # pylint: disable=import-outside-toplevel
+  from jax.profiler import ProfileData  # pylint: disable=import-outside-toplevel
+
+  with jax.profiler.trace(scratch):
+    run_steps()
+  files = sorted(glob.glob(os.path.join(scratch, "**", "*.xplane.pb"), recursive=True),
+                 key=os.path.getmtime)
+  if not files:
+    return {"error": "no trace written"}
+  categories = _hlo_categories(hlo_text)
+  totals, unknown = {}, 0.0
+  for plane in ProfileData.from_file(files[-1]).planes:
+    for line in plane.lines:
+      for event in line.events:
+        stats = dict(event.stats)
+        op = stats.get("hlo_op")
+        if op is None or "grid_step" not in str(stats.get("hlo_module", "")):
+          continue
+        category = categories.get(op)
+        if category is None:
+          unknown += event.duration_ns
+          category = "(not in the HLO text)"
+        if category == "control":
+          continue  # Its body's ops have their own events.
+        totals[category] = totals.get(category, 0.0) + event.duration_ns
+  total = sum(totals.values())
+  return {"total_op_ms": total / 1e6,
+          "shares": {k: v / total for k, v in sorted(totals.items(), key=lambda kv: -kv[1])}
+                    if total else {}}
+
+
+def ito_step_figures(config, timed_steps: int, profile_steps: int = 0,
+                     scratch: str | None = None) -> dict:
+  """One training program of an Ito config, as the loop builds it: XLA's cost analysis
+  of the compiled step (FLOPs per grid step), the compile seconds, steps/s over
+  `timed_steps` after two warm-up steps, and (profile_steps > 0) the op shares."""
+  import tempfile  # pylint: disable=import-outside-toplevel
+
+  import jax  # pylint: disable=import-outside-toplevel
+
+  from experiments import data  # pylint: disable=import-outside-toplevel
+  from experiments import steps  # pylint: disable=import-outside-toplevel
+
+  source = data.source(config)
+  trainer = steps.build_trainer(config, source.task, jax.devices()[:1])
+  state, seeds, step_fn = trainer.state, trainer.seeds, trainer.step
+  trainer.state = None
+  models = len(trainer.members)
+  batches = [trainer.place(source.batch(s)) for s in range(4)]
+  start = time.perf_counter()
+  compiled = step_fn.lower(state, seeds, batches[0]).compile()
+  compile_s = time.perf_counter() - start
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  flops = float(cost["flops"])
+  for s in range(2):
+    state, _ = compiled(state, seeds, batches[s % 4])
+  jax.block_until_ready(state)
+  start = time.perf_counter()
+  for s in range(timed_steps):
+    state, _ = compiled(state, seeds, batches[s % 4])
+  jax.block_until_ready(state)
+  seconds = (time.perf_counter() - start) / max(timed_steps, 1)
+  result = {"models": models, "flops_per_step": flops,
+            "flops_per_model_step": flops / models,
+            "analytic_matmul_flops_per_model_step": ito_matmul_flops(config),
+            "transcendentals_per_step": float(cost.get("transcendentals", 0.0)),
+            "bytes_accessed_per_step": float(cost.get("bytes accessed", 0.0)),
+            "compile_s": compile_s, "timed_steps": timed_steps,
+            "seconds_per_step": seconds, "steps_per_s": 1.0 / seconds,
+            "model_steps_per_s": models / seconds,
+            "gflops_achieved": flops / seconds / 1e9}
+  if profile_steps > 0:
+    holder = {"state": state}
+
+    def run_steps():
+      current = holder["state"]
+      for s in range(profile_steps):
+        current, _ = compiled(current, seeds, batches[s % 4])
+      jax.block_until_ready(current)
+      holder["state"] = current
+
+    folder = tempfile.mkdtemp(prefix="ito_profile_", dir=scratch)
+    result["profile"] = profile_shares(run_steps, compiled.as_text(), folder)
+    result["profile"]["steps"] = profile_steps
+  return result
+
+
+def bench_ito(repeats: int) -> dict:
+  """Ito's Latin-square model (configs/latin_square.py, learn σ 0.2, scale small): FLOPs
+  per step from XLA's cost analysis, this CPU's float32 matmul throughput measured in the
+  same run, steps/s, the achieved fraction, and the op shares of a profile, for one model
+  and for a grid of seeds in one program."""
+  del repeats
+  import jax  # pylint: disable=import-outside-toplevel
+
+  from configs import latin_square  # pylint: disable=import-outside-toplevel
+
+  results = {"device": jax.devices()[0].device_kind, "load_start": _load(),
+             "config": ITO_CONFIG, "matmul": matmul_throughput()}
+  peak = results["matmul"]["gflops_best"]
+  print(f"device: {jax.device_count()} x {jax.devices()[0].device_kind}; load average "
+        f"{results['load_start']}")
+  print(f"float32 jnp.dot {MATMUL_SIZE}x{MATMUL_SIZE}: best {peak:.1f} GFLOP/s, median "
+        f"{results['matmul']['gflops_median']:.1f} GFLOP/s\n")
+  print("| models | GFLOP per step (cost analysis) | per model | analytic matmuls per model "
+        "| compile s | s per step | model steps/s | GFLOP/s | of the matmul's best |")
+  print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+  for seeds in (int(s) for s in _ITO_SEEDS.value):
+    config = latin_square.get_config(f"{ITO_CONFIG},seeds={seeds}")
+    figures = ito_step_figures(config, max(2, _ITO_STEPS.value // seeds),
+                               _ITO_PROFILE_STEPS.value, _SCRATCH.value)
+    figures["fraction_of_matmul"] = figures["gflops_achieved"] / peak
+    results[f"seeds_{seeds}"] = figures
+    print(f"| {seeds} | {figures['flops_per_step'] / 1e9:.2f} | "
+          f"{figures['flops_per_model_step'] / 1e9:.2f} | "
+          f"{figures['analytic_matmul_flops_per_model_step'] / 1e9:.2f} | "
+          f"{figures['compile_s']:.0f} | {figures['seconds_per_step']:.3f} | "
+          f"{figures['model_steps_per_s']:.2f} | {figures['gflops_achieved']:.1f} | "
+          f"{figures['fraction_of_matmul']:.0%} |", flush=True)
+    jax.clear_caches()
+    gc.collect()
+  for seeds in (int(s) for s in _ITO_SEEDS.value):
+    profile = results[f"seeds_{seeds}"].get("profile")
+    if profile and profile.get("shares"):
+      shares = ", ".join(f"{k} {v:.1%}" for k, v in profile["shares"].items())
+      print(f"\nop time by category, {seeds} model(s), {profile['steps']} profiled steps "
+            f"({profile['total_op_ms']:.0f} ms of op time): {shares}")
+  results["load_end"] = _load()
+  print(f"\nload average at the end: {results['load_end']}")
+  return results
+
+
 SECTIONS = {"tasks": bench_tasks, "train": bench_train, "grid": bench_grid,
-            "attention": bench_attention, "buckets": bench_buckets}
+            "attention": bench_attention, "buckets": bench_buckets,
+            "ito": bench_ito}
 
 
 def main(argv):
