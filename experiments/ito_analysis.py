@@ -202,7 +202,10 @@ class RunInfo:
       a description ("adam, lr 0.001, wd 0").
     label: the encoding ("learn-0.2" for learn), with " (PROTOCOL)" unless it is the
       paper's main one (Adam, lr 1e-4, no decay).
-    seeds: the grid's seeds.
+    seeds: the grid's seeds (of every folder, in `parts` order, for a merged run).
+    parts: for runs of one label in several folders with disjoint seeds (e.g. one job
+      per seed of experiments.sweep), the RunInfo of each folder; () for one folder.
+      `workdir` and `config` are then the first part's.
   """
 
   workdir: str
@@ -212,10 +215,20 @@ class RunInfo:
   protocol: str
   label: str
   seeds: tuple
+  parts: tuple = ()
 
   @property
   def encoding_label(self) -> str:
     return self.label.split(" (")[0]
+
+  @property
+  def workdirs(self) -> tuple:
+    return tuple(p.workdir for p in self.parts) if self.parts else (self.workdir,)
+
+  @property
+  def folders(self) -> tuple:
+    """The single-folder runs this run is made of (itself for one folder)."""
+    return self.parts or (self,)
 
 
 def _protocol(training: dict) -> str:
@@ -297,11 +310,60 @@ def find_runs(sweep_dir: str | None = None, workdirs: Sequence[str] = ()) -> lis
                        f"model.name='ito') in {sweep_dir} or its subfolders")
   by_label = {}
   for run in runs:
-    if run.label in by_label:
-      raise ValueError(f"two runs of {run.label}: {by_label[run.label].workdir} and "
+    by_label.setdefault(run.label, []).append(run)
+  merged = [group[0] if len(group) == 1 else merge_runs(group) for group in by_label.values()]
+  return sorted(merged, key=lambda r: sort_key(r.label))
+
+
+# Settings runs of one label may differ in when they are merged: the seeds, and what
+# changes neither the models nor their evaluation (experiments.workdir.NOT_IDENTITY).
+_MERGE_IGNORED = ("seed", "grid.seeds", "progress", "compilation_cache", "training.prefetch",
+                  "training.log_every", "training.checkpoint_every",
+                  "training.checkpoints_to_keep", "sweep")
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+  out = {}
+  for key, value in d.items():
+    if isinstance(value, dict):
+      out.update(_flat(value, f"{prefix}{key}."))
+    else:
+      out[f"{prefix}{key}"] = json.dumps(value, sort_keys=True)
+  return out
+
+
+def _seed_rank(seed):
+  """The seed's place among the original's 15 (configs/latin_square.SEEDS), then others."""
+  from configs import latin_square  # pylint: disable=import-outside-toplevel
+  return (latin_square.SEEDS.index(seed) if seed in latin_square.SEEDS
+          else len(latin_square.SEEDS), seed if isinstance(seed, int) else 0)
+
+
+def merge_runs(group: Sequence[RunInfo]) -> RunInfo:
+  """One run of the folders of one label (the same encoding, σ and optimizer setting)
+  with disjoint seeds: its models are the union, ordered by the original's seed order.
+  ValueError (one line) for a seed given twice or other settings that differ (the
+  number of steps, the model, the evaluation: such runs are not one experiment)."""
+  group = sorted(group, key=lambda r: (_seed_rank(r.seeds[0]), r.workdir))
+  owner = {}
+  for run in group:
+    for seed in run.seeds:
+      if seed in owner:
+        raise ValueError(f"two runs of {run.label} both have seed {seed}: {owner[seed]} and "
+                         f"{run.workdir}; pass the ones to compare with --workdirs")
+      owner[seed] = run.workdir
+  ignored = lambda key: any(key == p or key.startswith(p + ".") for p in _MERGE_IGNORED)  # pylint: disable=unnecessary-lambda-assignment
+  first = {k: v for k, v in _flat(group[0].config).items() if not ignored(k)}
+  for run in group[1:]:
+    other = {k: v for k, v in _flat(run.config).items() if not ignored(k)}
+    differ = sorted(k for k in set(first) | set(other) if first.get(k) != other.get(k))
+    if differ:
+      raise ValueError(f"two runs of {run.label} differ in {', '.join(differ[:4])}"
+                       f"{' ...' if len(differ) > 4 else ''}: {group[0].workdir} and "
                        f"{run.workdir}; pass the ones to compare with --workdirs")
-    by_label[run.label] = run
-  return sorted(runs, key=lambda r: sort_key(r.label))
+  head = group[0]
+  return dataclasses.replace(head, seeds=tuple(s for r in group for s in r.seeds),
+                             parts=tuple(group))
 
 
 def sort_key(label: str):
@@ -381,8 +443,125 @@ def _restore(info: RunInfo):
 
 def evaluate_models(info: RunInfo, noise_sds=NOISE_SDS, noise_draws: int = 1,
                     noise_seed: int = 0) -> Optional[Models]:
-  """Restores a run and computes its predictions, attention maps, position terms and
-  noisy accuracies on the validation puzzles; None if it has no checkpoint yet."""
+  """A run's predictions, attention maps, position terms and noisy accuracies on the
+  validation puzzles, from each folder's newest checkpoint or, without one, its
+  JOB_INPUTS file (`write_job_inputs`); None if no folder has either.
+
+  A merged run (`RunInfo.parts`) concatenates its folders' models in seed order; folders
+  not at the most advanced step (a job still training) are left out with a warning."""
+  found = []
+  for part in info.folders:
+    models = _evaluate_folder(part, noise_sds, noise_draws, noise_seed)
+    if models is None:
+      if info.parts:
+        print(f"warning: {part.workdir} left out of {info.label}: no checkpoint and no "
+              f"{JOB_INPUTS} yet", file=sys.stderr, flush=True)
+      continue
+    found.append(models)
+  if not found:
+    return None
+  if not info.parts:
+    return found[0]
+  step = max(m.step for m in found)
+  for m in found:
+    if m.step != step:
+      print(f"warning: {m.info.workdir} left out of {info.label}: at step {m.step}, "
+            f"other folders at {step}", file=sys.stderr, flush=True)
+  found = [m for m in found if m.step == step]
+  merged = dataclasses.replace(
+      info, seeds=tuple(s for m in found for s in m.info.seeds),
+      parts=tuple(m.info for m in found))
+  head = found[0]
+  terms = None if head.terms is None else np.concatenate([m.terms for m in found])
+  return dataclasses.replace(
+      head, info=merged, keep=np.concatenate([m.keep for m in found]),
+      predictions=np.concatenate([m.predictions for m in found]),
+      correct=np.concatenate([m.correct for m in found]),
+      maps=np.concatenate([m.maps for m in found]), terms=terms,
+      noise=np.concatenate([m.noise for m in found]))
+
+
+# What a sweep job leaves for the analyses in its folder (experiments.sweep,
+# `sweep.job_outputs`), computed from its checkpoints right after training, so that a
+# results folder committed without checkpoints can still be analysed.
+JOB_INPUTS = "ito_analysis_inputs.npz"
+
+
+def write_job_inputs(workdir: str) -> str:
+  """Evaluates the run in `workdir` at its newest checkpoint as the analyses do (the
+  default noise settings) and writes WORKDIR/JOB_INPUTS (atomically): the step, the
+  seeds, which models stayed finite, the predicted classes, the attention maps
+  [S, L, 108, 16, 16] (float32), the position terms and the noisy accuracies. Returns
+  the path. ValueError if the run has no checkpoint."""
+  import io  # pylint: disable=import-outside-toplevel
+
+  from experiments import io_utils  # pylint: disable=import-outside-toplevel
+
+  info = run_info(workdir)
+  models = _evaluate_folder(info, NOISE_SDS, 1, 0, use_inputs=False)
+  if models is None:
+    raise ValueError(f"{workdir} has no checkpoint to write {JOB_INPUTS} from")
+  arrays = {"step": np.int64(models.step), "seeds": np.asarray(info.seeds, np.int64),
+            "keep": models.keep, "predictions": models.predictions.astype(np.int8),
+            "maps": models.maps.astype(np.float32), "noise": models.noise,
+            "noise_sds": np.asarray(NOISE_SDS, np.float64), "noise_draws": np.int64(1),
+            "noise_seed": np.int64(0)}
+  if models.terms is not None:
+    arrays["terms"] = models.terms.astype(np.float32)
+  buffer = io.BytesIO()
+  np.savez_compressed(buffer, **arrays)
+  path = os.path.join(workdir, JOB_INPUTS)
+  io_utils.atomic_write_bytes(path, buffer.getvalue())
+  return path
+
+
+def _from_job_inputs(info: RunInfo, noise_sds, noise_draws, noise_seed) -> Optional[Models]:
+  """The Models of a folder from its JOB_INPUTS file; None if there is none. ValueError
+  if it was written for other seeds or other noise settings (the noise needs the
+  checkpoint then)."""
+  path = os.path.join(info.workdir, JOB_INPUTS)
+  if not os.path.isfile(path):
+    return None
+  from experiments import data  # pylint: disable=import-outside-toplevel
+
+  try:
+    with np.load(path) as f:
+      stored = {k: f[k] for k in f.files}
+  except (OSError, ValueError) as e:
+    raise ValueError(f"{path} cannot be read: {e}") from None
+  if tuple(int(s) for s in stored["seeds"]) != tuple(info.seeds):
+    raise ValueError(f"{path} holds seeds {stored['seeds'].tolist()}, its config "
+                     f"{list(info.seeds)}")
+  same_noise = (np.allclose(stored["noise_sds"], np.asarray(noise_sds, np.float64))
+                if len(stored["noise_sds"]) == len(noise_sds) else False)
+  if not (same_noise and int(stored["noise_draws"]) == noise_draws
+          and int(stored["noise_seed"]) == noise_seed):
+    raise ValueError(
+        f"{info.workdir} has no checkpoint, and its {JOB_INPUTS} holds the noise at SDs "
+        f"{stored['noise_sds'].tolist()}, {int(stored['noise_draws'])} draw(s), seed "
+        f"{int(stored['noise_seed'])}: analyse it with those (the defaults)")
+  import ml_collections  # pylint: disable=import-outside-toplevel
+  config = ml_collections.ConfigDict(info.config)
+  dataset = data.source(config).task
+  examples = dataset.splits[SPLIT]
+  predictions = stored["predictions"].astype(np.int64)
+  model = config.model
+  steps_per_epoch = -(-len(dataset.splits[dataset.train_split].answers)
+                      // int(config.training.batch_size))
+  step = int(stored["step"])
+  return Models(info=info, step=step, epoch=step / steps_per_epoch,
+                keep=stored["keep"].astype(bool), predictions=predictions,
+                correct=predictions == examples.answers[None], maps=stored["maps"],
+                terms=stored.get("terms"), noise=stored["noise"],
+                d_model=int(model.d_model), grid_size=int(model.get("grid_size", 4)),
+                max_timescale=float(model.get("max_timescale", 10_000.0)),
+                groups=np.asarray(examples.groups), group_names=tuple(dataset.group_names))
+
+
+def _evaluate_folder(info: RunInfo, noise_sds=NOISE_SDS, noise_draws: int = 1,
+                     noise_seed: int = 0, use_inputs: bool = True) -> Optional[Models]:
+  """One folder's Models from its newest checkpoint, else (use_inputs) its JOB_INPUTS
+  file; None if it has neither."""
   import haiku as hk  # pylint: disable=import-outside-toplevel
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
@@ -391,7 +570,7 @@ def evaluate_models(info: RunInfo, noise_sds=NOISE_SDS, noise_draws: int = 1,
 
   restored = _restore(info)
   if restored is None:
-    return None
+    return _from_job_inputs(info, noise_sds, noise_draws, noise_seed) if use_inputs else None
   config, model, dataset, state, step = restored
   params = state.params
   examples = dataset.splits[SPLIT]
@@ -421,10 +600,12 @@ def evaluate_models(info: RunInfo, noise_sds=NOISE_SDS, noise_draws: int = 1,
   seeds = [s for s, _ in steps.grid_members(config)]
 
   def keys(*path):
+    # Per model from its seed (not its place in the grid), so that a model's noise is
+    # the same in a grid and in a run of its own (runs merged from one job per seed).
     root = jax.random.PRNGKey(noise_seed)
     for index in path:
       root = jax.random.fold_in(root, index)
-    return jnp.stack([jax.random.fold_in(root, m) for m in range(len(seeds))])
+    return jnp.stack([jax.random.fold_in(root, seed) for seed in seeds])
 
   predictions, maps = forward_fn(params, keys(0), jnp.float32(0.0))
   predictions = np.asarray(predictions)
@@ -504,11 +685,12 @@ def analyse(runs: Sequence[RunInfo], reference: str = REFERENCE, noise_sds=NOISE
     log(f"evaluating {info.label} ({info.workdir})")
     evaluated = evaluate_models(info, noise_sds, noise_draws, noise_seed)
     if evaluated is None:
-      print(f"warning: skipped {info.workdir}: no checkpoint yet", file=sys.stderr, flush=True)
+      print(f"warning: skipped {', '.join(info.workdirs)}: no checkpoint and no "
+            f"{JOB_INPUTS} yet", file=sys.stderr, flush=True)
       continue
     models.append(evaluated)
   if not models:
-    raise ValueError("none of the runs has a checkpoint yet")
+    raise ValueError(f"none of the runs has a checkpoint or a {JOB_INPUTS} yet")
   by_label = {m.info.label: m for m in models}
   ref = by_label.get(reference)
   if ref is None:
@@ -518,7 +700,8 @@ def analyse(runs: Sequence[RunInfo], reference: str = REFERENCE, noise_sds=NOISE
   for m in models:
     keep = m.keep
     record = {
-        "workdir": m.info.workdir, "encoding": m.info.encoding, "sigma": m.info.sigma,
+        "workdir": m.info.workdir, "workdirs": list(m.info.workdirs),
+        "encoding": m.info.encoding, "sigma": m.info.sigma,
         "protocol": m.info.protocol, "step": m.step, "epoch": m.epoch,
         "seeds": list(m.info.seeds), "diverged": [bool(not k) for k in keep],
         "validation_accuracy": summary(m.correct.mean(axis=1), keep),

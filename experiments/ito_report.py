@@ -1,6 +1,6 @@
 """Our Latin-square runs beside Ito et al. (2024)'s numbers: Markdown tables.
 
-  python -m experiments.ito_report --sweep_dir=runs/latin_square [--epoch=4000] \
+  python -m experiments.ito_report --sweep_dir=runs/latin_square [--epoch=200] \
       [--analysis=PATH] [--out_dir=DIR]
   python -m experiments.ito_report --workdirs=runs/ls/2d_fixed,runs/ls/learn-0.2
 
@@ -20,7 +20,11 @@ experiments.ito_analysis finds them, and named by encoding and optimizer the sam
   Table 3 and the other numbers   the analysis JSON of experiments.ito_analysis
                          (default SWEEP_DIR/ito_analysis/analysis.json), used in Table 3
                          only if it was computed at the tables' epoch
-Tables 1-6 are at --epoch (default 4000, the paper's); B7.3a has its own epochs.
+Tables 1-6 are at --epoch (default: the runs' common final epoch, e.g. 200 for
+configs/ito_sweep.py; 4000, the paper's, when they differ); B7.3a has its own epochs,
+and issue 26's targets at epoch 200 (the σ ordering, our means within two of the
+authors' SDs) follow it. Runs of one label in several folders with disjoint seeds (one
+sweep job per seed) are one run: mean ± SD over all their seeds.
 Our epoch k is k full passes; the original's record "epoch k" came after k + 1.
 
 Writes OUT_DIR/report.md (default SWEEP_DIR/ito_report) and prints it. Bad input is one
@@ -83,6 +87,13 @@ class RunRecords:
     self.info = info
     batch = int(info.config.get("training", {}).get("batch_size", 128))
     self.steps_per_epoch = -(-_train_puzzles() // batch)
+    # A run merged from several folders (one job per seed): each folder's records; its
+    # values are the folders' values side by side.
+    self.parts = [RunRecords(p) for p in info.parts]
+    if self.parts:
+      self.records, self.final = [], None
+      self.diverged = [d for p in self.parts for d in p.diverged]
+      return
     self.records = _read(os.path.join(info.workdir, "metrics.jsonl"), lines=True)
     self.final = _read(os.path.join(info.workdir, "eval.json"), lines=False)
     models = (self.final or {}).get("models") or []
@@ -113,12 +124,27 @@ class RunRecords:
       return values, split == "train"
     return None, False
 
-  def stats(self, split: str, epoch: float) -> Optional[dict]:
-    """{"mean", "sd", "count", "fallback"} over the models that did not diverge."""
+  def _values(self, split: str, epoch: float) -> tuple[list, list, bool]:
+    """(values, diverged flags, any fallback) of the models that have a value."""
+    if self.parts:
+      values, diverged, fallback = [], [], False
+      for part in self.parts:  # A folder without the value (still training) is left out.
+        v, d, f = part._values(split, epoch)  # pylint: disable=protected-access
+        values += v
+        diverged += d
+        fallback = fallback or f
+      return values, diverged, fallback
     values, fallback = self.accuracy(split, epoch)
     if values is None:
-      return None
+      return [], [], False
     keep = self.diverged if len(self.diverged) == len(values) else [False] * len(values)
+    return values, keep, fallback
+
+  def stats(self, split: str, epoch: float) -> Optional[dict]:
+    """{"mean", "sd", "count", "fallback"} over the models that did not diverge."""
+    values, keep, fallback = self._values(split, epoch)
+    if not values:
+      return None
     chosen = [v for v, bad in zip(values, keep) if not bad and math.isfinite(v)]
     if not chosen:
       return None
@@ -252,6 +278,37 @@ class Report:
                    "val. e4000, ours", "paper", "held-out e200, ours", "paper",
                    "train e200, ours", "paper"], rows)
 
+  def targets_e200(self) -> str:
+    """Issue 26's targets at epoch 200 (B7.3a, validation): the paper's σ ordering
+    learn-0.2 > learn-1.0 > learn-2.0 of our means, and each of our means within two of
+    the authors' SDs of theirs."""
+    table = self.paper["short_training"]
+    protocol = table["protocol"]
+    rows, means = [], {}
+    for label in ("2d_fixed", "learn-0.2", "learn-1.0", "learn-2.0"):
+      paper = (table["rows"].get(label) or {}).get("validation_e200")
+      stats = self.stats(protocol, label, "validation", 200)
+      mean = None if stats is None else stats["mean"]
+      means[label] = mean
+      if mean is None or not paper or paper[1] in (None, 0):
+        verdict = distance = MISSING
+      else:
+        gap = abs(mean - paper[0]) / paper[1]
+        distance = f"{gap:.2f}"
+        verdict = "yes" if gap <= 2 else "no"
+      rows.append([label, ours(stats), theirs(paper), distance, verdict])
+    order = ["learn-0.2", "learn-1.0", "learn-2.0"]
+    if any(means[l] is None for l in order):
+      ordering = f"{MISSING} (a learn-σ run at epoch 200 is missing)"
+    else:
+      held = means[order[0]] > means[order[1]] > means[order[2]]
+      ordering = ("holds" if held else "does not hold") + " (" + " > ".join(
+          f"{l} {means[l]:.3f}" for l in order) + ")"
+    return (_table(["PE", "val. e200, ours", "paper", "|ours - paper| / paper's SD",
+                    "within 2 SDs"], rows)
+            + f"\n\nThe paper's σ ordering learn-0.2 > learn-1.0 > learn-2.0 on validation "
+            f"at epoch 200, of our means: {ordering}.")
+
   def other_numbers(self) -> str:
     text = self.paper["text"]
     analysis = self.analysis or {}
@@ -314,6 +371,7 @@ class Report:
         ("Table 6: common PEs with weight decay 0.1 (AdamW)", self.accuracy_table("table6", False)),
         ("Shorter training (SPEC-EXTENSIONS B7.3a; Adam): epochs 200, 400, 4000",
          self.short_training()),
+        ("Issue 26's targets at epoch 200 (B7.3a, validation)", self.targets_e200()),
         ("Other numbers of the paper", self.other_numbers()),
     ]
     for title, body in sections:
@@ -344,14 +402,28 @@ def write_report(runs: Sequence[ito_analysis.RunInfo], out_dir: str,
   return text
 
 
+def final_epoch(runs: Sequence[ito_analysis.RunInfo]) -> float:
+  """The epoch of the runs' eval.json when every finished folder has the same one (e.g.
+  200 for a `scale=small` sweep), else TABLE_EPOCH (the paper's 4000)."""
+  epochs = set()
+  for run in runs:
+    for part in run.folders:
+      final = _read(os.path.join(part.workdir, "eval.json"), lines=False)
+      if final and final.get("epoch") is not None:
+        epochs.add(round(float(final["epoch"]), 6))
+  return epochs.pop() if len(epochs) == 1 else TABLE_EPOCH
+
+
 def report_kind(sweep_dir: str, results, out_dir: str) -> dict:
   """The interface of experiments.report's kinds (`REPORTS`: (sweep_dir, results,
   out_dir) -> {"kind", "text", ...}), so that it can dispatch a sweep here: this
-  report of the runs in `sweep_dir`, Tables 1-6 at epoch 4000, the analysis JSON from
-  SWEEP_DIR/ito_analysis/analysis.json if there is one."""
+  report of the runs in `sweep_dir` (runs of one label in several folders merged),
+  Tables 1-6 at the runs' common final epoch (`final_epoch`: 200 for configs/ito_sweep.py,
+  else 4000), the analysis JSON from SWEEP_DIR/ito_analysis/analysis.json if there is one."""
   del results  # eval.json records; this report reads each run's folder itself.
   runs = ito_analysis.find_runs(sweep_dir)
-  text = write_report(runs, out_dir, os.path.join(sweep_dir, "ito_analysis", "analysis.json"))
+  text = write_report(runs, out_dir, os.path.join(sweep_dir, "ito_analysis", "analysis.json"),
+                      final_epoch(runs))
   return {"kind": "ito", "text": text, "table": text}
 
 
@@ -361,7 +433,7 @@ def main(argv):
 
   try:
     workdirs = [w for w in (_WORKDIRS.value or "").split(",") if w.strip()]
-    if not _EPOCH.value > 0:
+    if _EPOCH.value is not None and not _EPOCH.value > 0:
       raise ValueError(f"--epoch must be > 0, got {_EPOCH.value}")
     if _ANALYSIS.value and not os.path.isfile(_ANALYSIS.value):
       raise ValueError(f"no analysis file at {_ANALYSIS.value}")
@@ -369,7 +441,8 @@ def main(argv):
     base = _SWEEP_DIR.value or os.path.dirname(os.path.abspath(workdirs[0]))
     analysis = _ANALYSIS.value or os.path.join(base, "ito_analysis", "analysis.json")
     out_dir = _OUT_DIR.value or os.path.join(base, "ito_report")
-    text = write_report(runs, out_dir, analysis, _EPOCH.value)
+    epoch = final_epoch(runs) if _EPOCH.value is None else _EPOCH.value
+    text = write_report(runs, out_dir, analysis, epoch)
   except ValueError as e:
     cli.fail(cli.one_line(e))
   except OSError as e:
@@ -388,7 +461,8 @@ if __name__ == "__main__":
                                   "(instead of --sweep_dir).")
   _ANALYSIS = flags.DEFINE_string("analysis", None, "analysis.json of experiments."
                                   "ito_analysis (default SWEEP_DIR/ito_analysis/analysis.json)")
-  _EPOCH = flags.DEFINE_float("epoch", TABLE_EPOCH, "The epoch of our values in Tables 1-6.")
+  _EPOCH = flags.DEFINE_float("epoch", None, "The epoch of our values in Tables 1-6 "
+                              "(default: the runs' common final epoch, else 4000).")
   _OUT_DIR = flags.DEFINE_string("out_dir", None, "Output folder (default "
                                  "SWEEP_DIR/ito_report).")
   cli.run(main)

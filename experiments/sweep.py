@@ -8,7 +8,8 @@ Jobs are tasks x variants: `sweep.encodings` (the variant ENC sets model.pe=ENC)
 `sweep.variants`, (name, {dotted setting: value}) pairs such as
 ("rope+logn", {"model.pe": "rope", "model.log_n_scaling": True}) (configs/su.py).
 Each job writes into SWEEP_DIR/TASK/VARIANT/ (the files of experiments.train,
-eval.json last and atomically). Re-running the command skips finished jobs and
+eval.json last and atomically; then the files `sweep.job_outputs` names, JOB_OUTPUTS,
+made from the job's checkpoints, e.g. the inputs of experiments.ito_analysis). Re-running the command skips finished jobs and
 resumes unfinished ones from their checkpoints, so a sweep survives a dead
 worker or a killed driver. Executors:
   local (default): jobs in sequence, or --workers=N processes at once; a worker
@@ -139,6 +140,7 @@ def make_jobs(config: ml_collections.ConfigDict, sweep_dir: str) -> list[Job]:
   from experiments import validation  # pylint: disable=import-outside-toplevel
 
   pairs = variants(config.sweep)
+  _job_outputs(config.to_dict())  # ValueError for an unknown name.
   jobs = []
   for task in config.sweep.tasks:
     for name, overrides in pairs:
@@ -158,13 +160,55 @@ def make_jobs(config: ml_collections.ConfigDict, sweep_dir: str) -> list[Job]:
   return jobs
 
 
+# Files a job may be asked to leave beside eval.json (`sweep.job_outputs`, a tuple of
+# names), written by run_job from the job's checkpoints right after training, for
+# analyses of a results folder committed without checkpoints: name -> (module,
+# function(workdir), file name).
+JOB_OUTPUTS = {
+    "ito_analysis_inputs": ("experiments.ito_analysis", "write_job_inputs",
+                            "ito_analysis_inputs.npz"),
+}
+
+
+def _job_outputs(config: dict) -> list[tuple[str, str, str]]:
+  names = (config.get("sweep") or {}).get("job_outputs") or ()
+  unknown = [n for n in names if n not in JOB_OUTPUTS]
+  if unknown:
+    raise ValueError(f"sweep.job_outputs: unknown {', '.join(map(repr, unknown))}; valid "
+                     f"names: {', '.join(JOB_OUTPUTS)}")
+  return [JOB_OUTPUTS[n] for n in names]
+
+
+def _missing_outputs(job: Job) -> list[str]:
+  """The `sweep.job_outputs` files the job's folder lacks."""
+  return [file for _, _, file in _job_outputs(job.config)
+          if not os.path.exists(os.path.join(job.workdir, file))]
+
+
+def _has_checkpoints(workdir: str) -> bool:
+  folder = os.path.join(workdir, "checkpoints")
+  return os.path.isdir(folder) and any(not n.startswith(".") for n in os.listdir(folder))
+
+
 def job_status(job: Job) -> tuple[bool, str | None]:
   """(finished, why not) of a job from its folder.
 
   Finished: eval.json is for the configured steps and the folder's config.json has the
-  job's identity and evaluation settings. The reason is None for a job not yet run or
-  partly trained, and says what changed or is damaged otherwise.
+  job's identity and evaluation settings, and the files of `sweep.job_outputs` are
+  there (or cannot be made any more: no checkpoints, e.g. a results folder committed
+  without them). The reason is None for a job not yet run or partly trained, and says
+  what changed, is damaged or missing otherwise.
   """
+  finished, why = _trained_status(job)
+  if finished:
+    missing = _missing_outputs(job)
+    if missing and _has_checkpoints(job.workdir):
+      return False, f"{', '.join(missing)} missing; writing it from the checkpoints"
+  return finished, why
+
+
+def _trained_status(job: Job) -> tuple[bool, str | None]:
+  """job_status without `sweep.job_outputs`."""
   from experiments import io_utils  # pylint: disable=import-outside-toplevel
   from experiments import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
 
@@ -211,7 +255,17 @@ def run_job(config_dict: dict, workdir: str) -> dict:
   config = ml_collections.ConfigDict(config_dict)
   config.progress = False
   compile_cache.enable(config.get("compilation_cache", ""))  # Also on Ray workers.
-  result = loop.train_and_evaluate(config, workdir)
+  job = Job(config.task, config.model.pe, workdir, config_dict)
+  outputs = _job_outputs(config_dict)
+  if outputs and _trained_status(job)[0]:  # Trained before; only an output is missing.
+    from experiments import io_utils  # pylint: disable=import-outside-toplevel
+    result = io_utils.read_json(os.path.join(workdir, "eval.json"))
+  else:
+    result = loop.train_and_evaluate(config, workdir)
+  for module, function, file in outputs:  # From the checkpoints, before they are gone.
+    if not os.path.exists(os.path.join(workdir, file)):
+      import importlib  # pylint: disable=import-outside-toplevel
+      getattr(importlib.import_module(module), function)(workdir)
   return {"job": f"{config.task}/{config.model.pe}",
           "scores": [_model_scores(m) for m in result["models"]]}
 
