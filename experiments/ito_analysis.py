@@ -617,7 +617,10 @@ def _evaluate_folder(info: RunInfo, noise_sds=NOISE_SDS, noise_draws: int = 1,
       noise[:, i] += (np.asarray(got) == examples.answers[None]).mean(axis=1) / noise_draws
   terms = None
   if model.config.encoding.term is not None:
-    terms = np.asarray(jax.jit(jax.vmap(model.position_terms))(params))  # [S, L, T, M]
+    # At the positions the maps were computed with: the evaluation sampler's (arange for
+    # every encoding but randomized_2d, whose term at arange would be 2d_fixed's).
+    terms = np.asarray(jax.jit(jax.vmap(model.position_terms, in_axes=(0, None)))(
+        params, positions))  # [S, L, T, M]
   steps_per_epoch = -(-len(dataset.splits[dataset.train_split].answers)
                       // int(config.training.batch_size))
   step = int(step)

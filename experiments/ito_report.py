@@ -304,7 +304,7 @@ class Report:
       held = means[order[0]] > means[order[1]] > means[order[2]]
       ordering = ("holds" if held else "does not hold") + " (" + " > ".join(
           f"{l} {means[l]:.3f}" for l in order) + ")"
-    return (_table(["PE", "val. e200, ours", "paper", "|ours - paper| / paper's SD",
+    return (_table(["PE", "val. e200, ours", "paper", "distance in the paper's SDs",
                     "within 2 SDs"], rows)
             + f"\n\nThe paper's σ ordering learn-0.2 > learn-1.0 > learn-2.0 on validation "
             f"at epoch 200, of our means: {ordering}.")
