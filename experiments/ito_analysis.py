@@ -4,11 +4,14 @@
   python -m experiments.ito_analysis --workdirs=runs/ls/2d_fixed,runs/ls/learn-0.2
 
 A run is one workdir of `experiments.train` with `configs/latin_square.py` (or a job of
-`experiments.sweep`): one encoding, every seed of its grid. --sweep_dir finds the runs in
-a folder and one level below (SWEEP_DIR/RUN or SWEEP_DIR/TASK/RUN); runs without a
-checkpoint yet are skipped with a warning. Each run is read at its newest checkpoint, the
-parameters with their leading seed axis [S, ...]; models whose loss diverged are left out
-of every mean. All numbers are on the 108 validation puzzles (the puzzles people solved),
+`experiments.sweep`): one encoding, every seed of its grid; folders of one label with
+disjoint seeds (configs/ito_sweep.py: one job per seed) are one run, their models the
+union (`merge_runs`). --sweep_dir finds the runs in a folder and one level below
+(SWEEP_DIR/RUN or SWEEP_DIR/TASK/RUN). Each folder is read at its newest checkpoint, the
+parameters with their leading seed axis [S, ...], or, without one (a results folder
+committed without checkpoints), from the JOB_INPUTS file its sweep job wrote after
+training (`write_job_inputs`); folders with neither are skipped with a warning. Models
+whose loss diverged are left out of every mean. All numbers are on the 108 validation puzzles (the puzzles people solved),
 evaluated as `experiments.evaluation.SplitEvaluator` does (deterministic by default,
 positions from the evaluation sampler with `evaluation.seed`).
 
@@ -40,8 +43,9 @@ What is measured (docs/ito.md, "Analyses"; SPEC-EXTENSIONS B6):
       Procrustes distances (the paper: -0.977) against the mean validation accuracy.
 
 Writes OUT_DIR/analysis.json (default SWEEP_DIR/ito_analysis) and OUT_DIR/figures/*.png,
-and prints a summary. Bad input (a missing folder, no run, an unknown encoding, two runs
-of one label) is one line on stderr and exit code 2 (experiments/cli.py).
+and prints a summary. Bad input (a missing folder, no run, an unknown encoding, a seed
+given twice in one label, folders of one label with other settings) is one line on stderr
+and exit code 2 (experiments/cli.py).
 """
 from __future__ import annotations
 
