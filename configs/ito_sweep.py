@@ -6,9 +6,10 @@
 
 Every job is one model: configs/latin_square.py at scale=small (200 epochs, 12,800 steps
 of batch 128, Adam 1e-4: the original's protocol) with ONE of the original's seeds
-(`grid.seeds` a 1-tuple), in SWEEP_DIR/latin_square/ENCODING-sSEED. One model finishes
-within a 3-hour session on this 2-core CPU (36-60 min measured/estimated, docs/ito.md),
-and finished jobs' small files (config.json, metrics.jsonl, eval.json and
+(`grid.seeds` a 1-tuple), in SWEEP_DIR/latin_square/ENCODING-sSEED, so that one job
+fits in a 3-hour session on a 2-core CPU: about 36 minutes at the issue's 6 steps/s (an
+idle 2-core Xeon), 2.3 hours at 0.655 s a step (a 2-core AMD EPYC loaded to 7-9, the
+`ito` benchmark in docs/ito.md). Finished jobs' small files (config.json, metrics.jsonl, eval.json and
 ito_analysis_inputs.npz; never checkpoints, which .gitignore excludes under results/)
 can be committed, so that the sweep resumes from that folder on any machine: a job is
 finished when its eval.json is for the configured steps (experiments.sweep.job_status).
