@@ -115,17 +115,16 @@ def test_tiny_sweep_end_to_end_merged_runs_and_committed_folder(tmp_path):
     shutil.rmtree(os.path.join(job.workdir, "checkpoints"))
   progress = sweep.run_sweep(config, str(sweep_dir))
   assert progress.done == 4 and not progress.failed
-  out = _cli("experiments.ito_analysis", f"--sweep_dir={sweep_dir}")
-  assert out.returncode == 0, out.stderr[-3000:]
+  ia.write_analysis(ia.find_runs(str(sweep_dir)), str(sweep_dir / "ito_analysis"))
   without = json.loads(analysis_path.read_text())
   for label in ("2d_fixed", "learn-0.2"):
     for key in ("validation_accuracy", "attention_cosine", "attention_js",
                 "procrustes_distance", "noise", "human"):
       assert json.dumps(without["runs"][label][key]) == json.dumps(
           with_checkpoints["runs"][label][key]), (label, key)
-  # Other noise settings need the checkpoints: one line.
-  out = _cli("experiments.ito_analysis", f"--sweep_dir={sweep_dir}", "--noise_sds=0.5")
-  assert out.returncode == 2 and "analyse it with those" in out.stderr, out.stderr[-2000:]
+  # Other noise settings need the checkpoints.
+  with pytest.raises(ValueError, match="analyse it with those"):
+    ia.analyse(ia.find_runs(str(sweep_dir)), noise_sds=(0.5,))
 
   # A seed given twice (a job copied under another name) is refused.
   shutil.copytree(sweep_dir / "latin_square" / "learn-0.2-s2235",
