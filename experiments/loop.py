@@ -191,6 +191,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """
   devices = jax.devices()
   validation.validate(config, len(devices))
+  validation.check_fits(config)
   source = data.source(config)
   workdir = os.path.abspath(workdir)
   store = checkpoints.Checkpoints(workdir, config.training.checkpoints_to_keep)

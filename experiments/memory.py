@@ -22,9 +22,14 @@ _FLOAT = 4
 
 
 def available_bytes() -> int | None:
-  """The memory a run may use: RANDOMIZED_PE_MEMORY_LIMIT, else MemAvailable, else None."""
+  """The memory a run may use: RANDOMIZED_PE_MEMORY_LIMIT; else on an accelerator its
+  memory's limit (jax's memory_stats, None if it has none); else MemAvailable; else None."""
   if os.environ.get(LIMIT_ENV):
     return int(float(os.environ[LIMIT_ENV]))
+  import jax  # pylint: disable=import-outside-toplevel
+  if jax.default_backend() != "cpu":
+    stats = jax.devices()[0].memory_stats() or {}
+    return stats.get("bytes_limit")
   try:
     with open("/proc/meminfo") as f:
       for line in f:

@@ -51,6 +51,7 @@ def main(argv):
     if _PE.value is not None:
       config.model.pe = _PE.value
     validation.validate(config, jax.device_count())
+    validation.check_fits(config)
     cli.check_shadowed(config, sys.argv)
     workdir = _WORKDIR.value or os.path.join(
         "runs", f"{config.task}-{config.model.pe}-seed{config.seed}")

@@ -185,5 +185,11 @@ def validate(config: ml_collections.ConfigDict, device_count: int = 1) -> None:
   model = steps.build_model(config, source.task)  # Model settings, encoding and samplers.
   steps.make_optimizer(config)  # The optimizer and its settings.
   source.check(model, device_count)  # Lengths, or the dataset's settings.
-  # The largest programs against the memory available (experiments/memory.py).
-  memory.check(config, source, len(steps.grid_members(config)))
+
+
+def check_fits(config: ml_collections.ConfigDict) -> None:
+  """ValueError (one line) if the run's largest programs cannot fit in the memory of the
+  device that will run them (experiments/memory.py). Not part of `validate`: listing a
+  sweep's jobs on a laptop must not judge them against the laptop's memory; the process
+  that runs a job checks it before anything is written."""
+  memory.check(config, data.source(config), len(steps.grid_members(config)))

@@ -269,13 +269,14 @@ def test_a_full_disk_while_saving_is_one_line_and_the_details_go_to_a_log(tmp_pa
 def test_programs_that_cannot_fit_in_memory_are_refused_up_front(tmp_path, monkeypatch):
   from experiments import memory  # pylint: disable=import-outside-toplevel
   monkeypatch.setenv(memory.LIMIT_ENV, str(2**30))  # A fake limit of 1 GiB.
-  validation.validate(tiny_config())  # Fits.
+  validation.check_fits(tiny_config())  # Fits.
   big_evaluation = tiny_config()
   big_evaluation.evaluation.batch_size = 50_000_000
   with pytest.raises(ValueError, match=r"the evaluation would need at least [0-9.]+ GiB of "
                      r"memory, more than the 1.0 GiB available \(\$RANDOMIZED_PE_MEMORY_LIMIT"
                      r"\); lower evaluation.batch_size"):
-    validation.validate(big_evaluation)
+    validation.check_fits(big_evaluation)
+  validation.validate(big_evaluation)  # Listing a job does not judge it against this machine.
   big_training = tiny_config()
   big_training.training.batch_size = 100_000
   big_training.model.num_layers = 8
