@@ -7,11 +7,35 @@
 Sections:
   tasks: milliseconds per batch of every task at batch 128 x length 40 and
          500 x 500 (median of repeats, after one warm-up call).
-  train: the paper model on reverse_string, batch 128, lengths 1..40: compile
-         seconds and programs for the 40 training lengths, then steady-state
-         steps/s of the real loop (prefetched data, uniform lengths), per
-         encoding; and for evaluation over 1..500 at batch 500: programs and
-         compile seconds, plus the seconds to evaluate lengths 41..100.
+  train: the paper model on reverse_string, batch 128, lengths 1..40 (part `speed`):
+         today's code beside a previous commit's (--baseline_commit=REV: a temporary
+         `git worktree` of REV, removed afterwards) and the original release
+         (--release_path=DIR of a checkout of google-deepmind/randomized_positional_encodings,
+         run by --release_python=PY; its own modules imported from DIR by a driver that
+         this benchmark writes to a temporary folder, experiments/benchmark_driver.py;
+         nothing of the release is in this project), each with and without huge-page
+         malloc (--train_malloc=on,off), every one in its own process: compile seconds
+         of one program per length (ahead of time; processes started one after another),
+         then --steps steps each on the same uniformly drawn lengths, in rounds of
+         --train_round that alternate between them. Ratios are to today's code with the
+         same malloc (total time and median of the rounds' ratios); FLOPs per step from
+         each program's cost analysis give GFLOP/s and the fraction of this CPU's float32
+         matmul throughput measured at the start of the section. Part `limit`: FLOPs of
+         the compiled step (XLA's cost analysis), steps/s and the achieved fraction for
+         the paper model at fixed lengths (--limit_lengths=20,40) and the CPU protocol's
+         model (configs/scales.py `apply_cpu`, lengths 1..12, batch 128; 1 and 3 models).
+  eval:  the paper model's evaluation (randomized_relative, batch 500, its max_buckets
+         and max_logits) of lengths 41..100 (--eval_lengths), today's code beside
+         --baseline_commit, each in its own process, --eval_rounds alternating rounds
+         (the first with a fresh evaluator: compile included), and whether the
+         accuracies are identical.
+  roofline: a projection (not a measurement) of the GPU-hours of the Table 1 protocol
+         on V100, A100 and H100 (FP32 and TF32/FP16 peaks and memory bandwidth from the
+         vendors' datasheets, GPUS) from the roofline of the paper model's programs:
+         FLOPs and bytes accessed from XLA's cost analysis of the training step at
+         --roofline_train_lengths and of one length's evaluation at
+         --roofline_eval_lengths (other lengths: a quadratic fit), beside the paper's
+         Table 2 (V100 hours per run). Not in the default sections.
   grid:  model-steps per second of a grid of 30 models (10 seeds x 3 learning
          rates, one program) against one model, at one training length.
   attention: one layer's attention (forward + backward) over the whole batch
@@ -48,7 +72,8 @@ under --scratch.
 
 Training times the training loop's own step, built by the same builder
 (experiments.steps.build_trainer: a grid of one model, the batch split over devices
-when there are several). Like
+when there are several); `train` and `eval` give their subprocesses GLIBC_TUNABLES
+explicitly. Like
 `experiments.train`, the benchmark restarts itself with glibc's huge-page malloc
 where that applies (experiments/runtime.py); it prints the GLIBC_TUNABLES it
 ran with. RANDOMIZED_PE_MALLOC_TUNING=0 measures without it.
@@ -67,7 +92,7 @@ import time
 from absl import app
 from absl import flags
 
-_SECTIONS = flags.DEFINE_list("sections", ["tasks", "train", "grid", "attention", "buckets"],
+_SECTIONS = flags.DEFINE_list("sections", ["tasks", "train", "eval", "grid", "attention", "buckets"],
                               "Which benchmarks to run.")
 _REPEATS = flags.DEFINE_integer("repeats", 20, "Timed repeats per measurement (tasks).")
 _OUTPUT = flags.DEFINE_string("output", None, "Optional JSON file for the raw numbers.")
@@ -106,6 +131,44 @@ _ITO_STEPS = flags.DEFINE_integer("ito_steps", 30, "Timed model steps per grid s
                                   "grid steps = this / models, at least 2.")
 _ITO_PROFILE_STEPS = flags.DEFINE_integer("ito_profile_steps", 3, "Grid steps profiled "
                                           "for the op shares (ito; 0: no profile).")
+_BASELINE_COMMIT = flags.DEFINE_string(
+    "baseline_commit", None, "train: also time this commit's code (a temporary git "
+    "worktree, removed afterwards) beside today's, in alternating rounds.")
+_RELEASE_PATH = flags.DEFINE_string(
+    "release_path", None, "train: also time the original release "
+    "(google-deepmind/randomized_positional_encodings) checked out in this folder, "
+    "imported from there by a driver run with --release_python.")
+_RELEASE_PYTHON = flags.DEFINE_string(
+    "release_python", None, "The interpreter for --release_path (default: this one); it "
+    "needs the release's dependencies (jax, dm-haiku, optax, chex, numpy).")
+_TRAIN_MALLOC = flags.DEFINE_list("train_malloc", ["on", "off"], "train: huge-page "
+                                  "malloc settings timed (on, off), each a subprocess.")
+_TRAIN_ROUND = flags.DEFINE_integer("train_round", 25, "train: steps per code version and "
+                                    "round (the rounds alternate between them).")
+_TRAIN_PARTS = flags.DEFINE_list("train_parts", ["speed", "limit"], "Parts of train: "
+                                 "speed (the comparison), limit (FLOPs and achieved fraction).")
+_RELEASE_SEMANTICS = flags.DEFINE_bool(
+    "release_semantics", True, "train: also time randomized_relative with "
+    "model.compat=release (our code, the release's computation).")
+_LIMIT_ENCODINGS = flags.DEFINE_list("limit_encodings", ["randomized_relative"],
+                                     "train, part limit: encodings measured.")
+_LIMIT_LENGTHS = flags.DEFINE_list("limit_lengths", ["20", "40"], "train, part limit: "
+                                   "fixed training lengths of the paper model.")
+_LIMIT_STEPS = flags.DEFINE_integer("limit_steps", 20, "train, part limit: timed model "
+                                    "steps per program set.")
+_EVAL_LENGTHS = flags.DEFINE_list("eval_lengths", ["41", "100"], "eval: the first and "
+                                   "last length evaluated (batch 500).")
+_EVAL_ENCODING = flags.DEFINE_string("eval_encoding", "randomized_relative", "eval: encoding.")
+_EVAL_ROUNDS = flags.DEFINE_integer("eval_rounds", 2, "eval: evaluations per code version, "
+                                    "alternating; the first compiles.")
+_ROOFLINE_ENCODING = flags.DEFINE_string("roofline_encoding", "randomized_relative",
+                                         "roofline: the encoding costed.")
+_ROOFLINE_TRAIN_LENGTHS = flags.DEFINE_list(
+    "roofline_train_lengths", ["1", "8", "16", "24", "32", "40"],
+    "roofline: training lengths whose step is compiled and costed (others: fitted).")
+_ROOFLINE_EVAL_LENGTHS = flags.DEFINE_list(
+    "roofline_eval_lengths", ["41", "100", "200", "300", "400", "500"],
+    "roofline: evaluation lengths compiled and costed (others: fitted).")
 _CACHE_CHILD = flags.DEFINE_integer("cache_child", None, "Internal: compile the training "
                                     "programs of this max_programs and print the times.")
 
@@ -157,98 +220,342 @@ def bench_tasks(repeats: int) -> dict:
   return results
 
 
-RELEASE_STEPS_PER_SECOND = {"randomized_relative": 3.4, "randomized_sin_cos": 4.4}
+# --- train: today's code beside a previous commit and the release, alternating rounds ------
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_DRIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "benchmark_driver.py")
+
+
+def malloc_environment(tuned: bool, environ=None) -> dict | None:
+  """The environment of a timed subprocess with glibc's huge-page malloc on (`tuned`) or
+  off (experiments/runtime.py); None when it does not apply on this machine. The
+  subprocesses get it explicitly (GLIBC_TUNABLES), whatever this process runs with."""
+  from experiments import runtime  # pylint: disable=import-outside-toplevel
+  env = dict(os.environ if environ is None else environ)
+  items = [i for i in env.get("GLIBC_TUNABLES", "").split(":")
+           if i and i.split("=", 1)[0] != runtime.TUNABLE]
+  env.pop("GLIBC_TUNABLES", None)
+  if items:
+    env["GLIBC_TUNABLES"] = ":".join(items)
+  env.pop(runtime.OPT_OUT, None)
+  env["JAX_ENABLE_COMPILATION_CACHE"] = "false"  # Compile seconds mean compiling.
+  if tuned:
+    return runtime.tuned_environment_here(env)
+  env[runtime.OPT_OUT] = "0"
+  return env
+
+
+class baseline_worktree:  # pylint: disable=invalid-name
+  """A temporary `git worktree` of `rev` (detached): `with baseline_worktree(rev) as
+  (path, commit):`; removed (and pruned) on exit."""
+
+  def __init__(self, rev: str, repo: str = _REPO):
+    self.rev, self.repo = rev, repo
+
+  def __enter__(self):
+    import subprocess  # pylint: disable=import-outside-toplevel
+    import tempfile  # pylint: disable=import-outside-toplevel
+    self.folder = tempfile.mkdtemp(prefix="randomized_pe_baseline_")
+    self.path = os.path.join(self.folder, "tree")
+    done = subprocess.run(["git", "-C", self.repo, "worktree", "add", "--detach", self.path,
+                           self.rev], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+      os.rmdir(self.folder)
+      raise ValueError(f"--baseline_commit={self.rev}: git worktree add failed: "
+                       f"{(done.stderr.strip().splitlines() or ['?'])[-1]}")
+    commit = subprocess.run(["git", "-C", self.path, "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    return self.path, commit
+
+  def __exit__(self, *exc):
+    import shutil  # pylint: disable=import-outside-toplevel
+    import subprocess  # pylint: disable=import-outside-toplevel
+    subprocess.run(["git", "-C", self.repo, "worktree", "remove", "--force", self.path],
+                   capture_output=True, check=False)
+    subprocess.run(["git", "-C", self.repo, "worktree", "prune"], capture_output=True,
+                   check=False)
+    shutil.rmtree(self.folder, ignore_errors=True)
+    return False
+
+
+class TrainWorker:
+  """One code version's training step in its own process (experiments/benchmark_driver.py,
+  copied to `scratch` and run there so that it imports the code under test from `root`
+  only): compiles one program per length, then times rounds of steps on request."""
+
+  def __init__(self, label: str, python: str, spec: dict, env: dict, scratch: str):
+    import shutil  # pylint: disable=import-outside-toplevel
+    import subprocess  # pylint: disable=import-outside-toplevel
+    self.label, self.ready, self.error = label, None, None
+    driver = os.path.join(scratch, "train_driver.py")
+    if not os.path.exists(driver):
+      shutil.copy(_DRIVER, driver)
+    safe = "".join(c if c.isalnum() else "_" for c in label)
+    self.log_path = os.path.join(scratch, f"train_{safe}.log")
+    self._log = open(self.log_path, "w")  # pylint: disable=consider-using-with
+    try:
+      self.proc = subprocess.Popen(  # pylint: disable=consider-using-with
+          [python, driver, json.dumps(spec)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+          stderr=self._log, text=True, env=env, cwd=scratch)
+    except OSError as error:
+      self.proc, self.error = None, f"cannot start {python}: {error}"
+
+  def _read(self, tag: str) -> dict | None:
+    for line in self.proc.stdout:
+      if line.startswith("ERROR "):
+        self.error = json.loads(line[6:])["error"]
+        return None
+      if line.startswith(tag + " "):
+        return json.loads(line[len(tag) + 1:])
+    self.proc.wait()
+    self.error = f"exited with {self.proc.returncode} (log: {self.log_path})"
+    return None
+
+  def wait_ready(self) -> dict | None:
+    """Compile figures (READY), or None with `error` set."""
+    if self.proc is not None:
+      self.ready = self._read("READY")
+    return self.ready
+
+  def run(self, lengths, seed: int) -> float:
+    """Seconds of the steps at these lengths (their batches made before timing)."""
+    self.proc.stdin.write(json.dumps({"lengths": [int(n) for n in lengths], "seed": seed})
+                          + "\n")
+    self.proc.stdin.flush()
+    done = self._read("DONE")
+    if done is None:
+      raise RuntimeError(f"{self.label}: {self.error}")
+    return done["seconds"]
+
+  def close(self):
+    if self.proc is not None and self.proc.poll() is None:
+      self.proc.stdin.close()
+      try:
+        self.proc.wait(timeout=60)
+      except Exception:  # pylint: disable=broad-except
+        self.proc.kill()
+        self.proc.wait()
+    self._log.close()
+
+
+def compare_training(participants, pe: str, compat: str, lengths, steps: int,
+                     round_steps: int, batch: int, malloc_modes, scratch: str,
+                     max_position: int = 2048, seed: int = 0, echo=print,
+                     model: dict | None = None) -> dict:
+  """Steps/s of each participant's training step (`participants`: dicts with label, kind
+  "ours" or "release", root, python) under each malloc mode (True: huge pages), in
+  subprocesses started one after the other (so compiles do not overlap), then timed in
+  rounds of `round_steps` steps that alternate between them (the order rotating), every
+  one on the same lengths, drawn uniformly from `lengths` with `seed`. `model`: overrides
+  of the model config (tests: a tiny model).
+
+  Returns {label/malloc: {"params", "compile_s", "programs", "steps_per_s",
+  "round_seconds", "gflops" (from the programs' cost analysis), "flops_per_step", ...}
+  or {"error": ...}, "lengths": ..., "steps": ...}.
+  """
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  lengths = [int(n) for n in lengths]
+  workers, results = [], {}
+  spec = {"pe": pe, "compat": compat, "batch": batch, "lengths": lengths,
+          "max_position": max_position, "model": model or {}}
+  try:
+    for part in participants:
+      for tuned in malloc_modes:
+        key = f"{part['label']}/{'huge pages' if tuned else 'plain malloc'}"
+        env = malloc_environment(tuned)
+        if env is None:
+          results[key] = {"error": "huge-page malloc does not apply on this machine"}
+          continue
+        worker = TrainWorker(key, part["python"], {**spec, "kind": part["kind"],
+                                                   "root": part["root"]}, env, scratch)
+        ready = worker.wait_ready()
+        if ready is None:
+          results[key] = {"error": worker.error}
+          echo(f"{key}: cannot be timed: {worker.error}")
+          worker.close()
+          continue
+        workers.append(worker)
+        results[key] = {**ready, "round_seconds": [], "seconds": 0.0, "flops_done": 0.0,
+                        "tuned": tuned, "label": part["label"], "load_compiled": _load()}
+    draw = np.random.default_rng(seed).integers(min(lengths), max(lengths) + 1, steps)
+    draw = [int(n) if n in lengths else lengths[0] for n in draw]
+    results["load_before_steps"] = _load()
+    for r, first in enumerate(range(0, steps, round_steps)):
+      chunk = draw[first:first + round_steps]
+      order = workers[r % max(1, len(workers)):] + workers[:r % max(1, len(workers))]
+      for worker in order:
+        row = results[worker.label]
+        seconds = worker.run(chunk, r)
+        row["round_seconds"].append(seconds)
+        row["seconds"] += seconds
+        row["flops_done"] += sum(float(row["flops"][str(n)]) for n in chunk)
+    results["load_after_steps"] = _load()
+  finally:
+    for worker in workers:
+      worker.close()
+  for worker in workers:
+    row = results[worker.label]
+    row["steps_per_s"] = steps / row["seconds"]
+    row["gflops"] = row["flops_done"] / row["seconds"] / 1e9
+    row["flops_per_step"] = row["flops_done"] / steps
+  results["lengths"], results["steps"], results["round_steps"] = lengths, steps, round_steps
+  return results
+
+
+def _ratio(results, key, base) -> tuple:
+  """(total-time ratio, median of per-round ratios) of base's time to key's."""
+  a, b = results[key], results[base]
+  median = statistics.median(x / y for x, y in zip(b["round_seconds"], a["round_seconds"]))
+  return b["seconds"] / a["seconds"], median
 
 
 def bench_train(repeats: int) -> dict:
-  """Training and evaluation speed of the paper model (see the module docstring)."""
+  """Training speed of the paper model, today's code beside --baseline_commit and the
+  release (--release_path), with and without huge-page malloc; then the limit: FLOPs of
+  the step, this CPU's matmul throughput and the achieved fraction (module docstring)."""
   del repeats
-  import jax  # pylint: disable=import-outside-toplevel
+  import sys  # pylint: disable=import-outside-toplevel
+  import tempfile  # pylint: disable=import-outside-toplevel
 
-  import tasks  # pylint: disable=import-outside-toplevel
-  from configs import default  # pylint: disable=import-outside-toplevel
-  from experiments import data  # pylint: disable=import-outside-toplevel
-  from experiments import evaluation  # pylint: disable=import-outside-toplevel
-  from experiments import steps  # pylint: disable=import-outside-toplevel
-
-  task = tasks.get("reverse_string")
-  lengths = range(1, _MAX_TRAIN_LENGTH.value + 1)
-  results = {"device": jax.devices()[0].device_kind, "backend": jax.default_backend(),
-             "devices": jax.device_count(), "train": {}}
-  print(f"device: {jax.device_count()} x {jax.devices()[0].device_kind}\n")
-  runs = [(pe, "paper") for pe in _ENCODINGS.value]
-  if "randomized_relative" in _ENCODINGS.value:
-    runs.append(("randomized_relative", "release"))  # The release's own computation.
-  print("| encoding | compat | params | compile s (programs) | steps/s | release steps/s |")
-  print("|---|---|---:|---:|---:|---:|")
-  for pe, compat in runs:
-    config = default.get_config()
-    config.model.pe = pe
-    config.model.compat = compat
-    config.training.max_length = _MAX_TRAIN_LENGTH.value
-    # The training loop's own step: a grid of one model, batch split over devices.
-    trainer = steps.build_trainer(config, task)
-    state, seeds, place, step_fn = trainer.state, trainer.seeds, trainer.place, trainer.step
-    trainer.state = None  # The loop below owns (and donates) the state.
-    params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
-    start = time.perf_counter()
-    compiled = {}
-    for n in lengths:  # Ahead-of-time: exactly one program per training length.
-      batch = place(data.make_batch(task, jax.random.PRNGKey(n), config.training.batch_size, n))
-      compiled[n] = step_fn.lower(state, seeds, batch).compile()
-    compile_s = time.perf_counter() - start
-    # A program's first execution is ~100 ms slower on CPU: run each once first.
-    for n in lengths:
-      batch = place(data.make_batch(task, jax.random.PRNGKey(n), config.training.batch_size, n))
-      state, _ = compiled[n](state, seeds, batch)
-    jax.block_until_ready(state)
-    # Steady state: the real data stream (uniform lengths, prefetched in a thread).
-    prefetch = data.Prefetcher(lambda s, c=config: data.data_for_step(task, c, s), 0,
-                               _STEPS.value, depth=4, place=place)
-    start = time.perf_counter()
-    for _ in range(_STEPS.value):
-      batch = prefetch.next()
-      state, _ = compiled[batch["targets"].shape[1]](state, seeds, batch)
-    jax.block_until_ready(state)
-    steps_per_s = _STEPS.value / (time.perf_counter() - start)
-    prefetch.close()
-    release = RELEASE_STEPS_PER_SECOND.get(pe)
-    ratio = f"{release} ({steps_per_s / release:.2f}x)" if release else "-"
-    results["train"][f"{pe}/{compat}"] = {"params": params, "compile_s": compile_s,
-                                          "programs": len(compiled), "steps_per_s": steps_per_s}
-    print(f"| {pe} | {compat} | {params:,} | {compile_s:.0f} ({len(compiled)}) | "
-          f"{steps_per_s:.2f} | {ratio} |", flush=True)
-    # Free the programs: a CPU process cannot hold a few hundred of them at once.
-    del compiled, step_fn, state, trainer
-    jax.clear_caches()
-    gc.collect()
-
-  # Evaluation: programs for 1..500 at batch 500 (compiled ahead of time, not run),
-  # then a timed evaluation of 41..100.
-  config = default.get_config()
-  config.model.pe = "randomized_relative"
-  model = steps.build_model(config, task)
-  state = steps.init_state(model, steps.make_optimizer(config), 0)
-  e = config.evaluation
-  evaluator = evaluation.RangeEvaluator(model, task, max_logits=e.max_logits)
-  shapes = evaluator.program_shapes(range(e.min_length, e.max_length + 1), e.batch_size,
-                                    e.max_buckets)
-  start = time.perf_counter()
-  for shape in shapes:
-    evaluator.compile(state.params, shape)
-  eval_compile_s = time.perf_counter() - start
-  evaluator = evaluation.RangeEvaluator(model, task, max_logits=e.max_logits)
-  start = time.perf_counter()
-  evaluator.evaluate(state.params, range(41, 101), e.batch_size, e.seed, e.max_buckets)
-  eval_s = time.perf_counter() - start
-  results["eval"] = {"programs_1_500": len(shapes), "compile_s_1_500": eval_compile_s,
-                     "seconds_41_100": eval_s, "programs_41_100": evaluator.traces}
-  print(f"\nevaluation 1..500 at batch {e.batch_size}: {len(shapes)} programs "
-        f"(release: one per length, 500), compiled in {eval_compile_s:.0f} s")
-  print(f"evaluation of lengths 41..100 at batch {e.batch_size}: {eval_s:.1f} s "
-        f"({evaluator.traces} programs, compile included)")
+  scratch = _SCRATCH.value or tempfile.mkdtemp(prefix="randomized_pe_benchmark_")
+  os.makedirs(scratch, exist_ok=True)
+  results = {"cpu": cpu_name(), "load_start": _load(), "scratch": scratch}
+  matmul = matmul_throughput()
+  results["matmul"] = matmul
+  peak = matmul["gflops_best"]
+  print(f"CPU: {results['cpu']}; load average {results['load_start']}; float32 jnp.dot "
+        f"{MATMUL_SIZE}x{MATMUL_SIZE}: best {peak:.1f} GFLOP/s (median "
+        f"{matmul['gflops_median']:.1f})\n")
+  if "speed" in _TRAIN_PARTS.value:
+    results["speed"] = _train_speed(scratch, peak, sys.executable)
+  if "limit" in _TRAIN_PARTS.value:
+    results["limit"] = _train_limit(peak)
+  results["load_end"] = _load()
+  print(f"\nload average at the end: {results['load_end']}; logs: {scratch}")
   return results
 
+
+def _train_speed(scratch: str, peak: float, python: str) -> dict:
+  import contextlib  # pylint: disable=import-outside-toplevel
+  malloc_modes = [{"on": True, "off": False}[m] for m in _TRAIN_MALLOC.value]
+  lengths = list(range(1, _MAX_TRAIN_LENGTH.value + 1))
+  out = {}
+  with contextlib.ExitStack() as stack:
+    participants = [{"label": "today", "kind": "ours", "root": _REPO, "python": python}]
+    if _BASELINE_COMMIT.value:
+      path, commit = stack.enter_context(baseline_worktree(_BASELINE_COMMIT.value))
+      participants.append({"label": f"commit {commit}", "kind": "ours", "root": path,
+                           "python": python})
+      out["baseline_commit"] = commit
+    if _RELEASE_PATH.value:
+      participants.append({"label": "release", "kind": "release",
+                           "root": _RELEASE_PATH.value,
+                           "python": _RELEASE_PYTHON.value or python})
+    runs = [(pe, "paper") for pe in _ENCODINGS.value]
+    if "randomized_relative" in _ENCODINGS.value and _RELEASE_SEMANTICS.value:
+      runs.append(("randomized_relative", "release"))  # Our code, the release's computation.
+    for pe, compat in runs:
+      # The release (another computation) only beside our paper semantics.
+      parts = [p for p in participants if compat == "paper" or p["kind"] == "ours"]
+      print(f"### {pe}, compat={compat}: lengths 1..{lengths[-1]}, batch 128, {_STEPS.value} "
+            f"steps each in rounds of {_TRAIN_ROUND.value} (load {_load()})\n", flush=True)
+      r = compare_training(parts, pe, compat, lengths, _STEPS.value, _TRAIN_ROUND.value, 128,
+                           malloc_modes, scratch)
+      out[f"{pe}/{compat}"] = r
+      _print_speed(r, peak)
+  return out
+
+
+def _print_speed(r: dict, peak: float) -> None:
+  rows = [k for k, v in r.items() if isinstance(v, dict) and "steps_per_s" in v]
+  print("| code | malloc | params | compile s (programs) | steps/s | vs today (total / "
+        "median of rounds) | GFLOP/step | GFLOP/s | of the matmul's |")
+  print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+  for key in rows:
+    row = r[key]
+    malloc = "huge pages" if row["tuned"] else "plain"
+    base = f"today/{key.split('/', 1)[1]}"
+    vs = "-" if base == key or base not in rows else "{:.2f}x / {:.2f}x".format(
+        *_ratio(r, key, base))
+    print(f"| {row['label']} | {malloc} | {row['params']:,} | {row['compile_s']:.0f} "
+          f"({row['programs']}) | {row['steps_per_s']:.2f} | {vs} | "
+          f"{row['flops_per_step'] / 1e9:.2f} | {row['gflops']:.1f} | "
+          f"{row['gflops'] / peak:.0%} |", flush=True)
+  for key, row in r.items():
+    if isinstance(row, dict) and "error" in row:
+      print(f"| {key} | - | cannot be timed: {row['error']} |")
+  for malloc in ("huge pages", "plain malloc"):
+    today, release = f"today/{malloc}", f"release/{malloc}"
+    if today in rows and release in rows:
+      total, median = _ratio(r, release, today)
+      total, median = 1 / total, 1 / median
+      print(f"\ntoday / release ({malloc}): {total:.2f}x steps/s (median of rounds "
+            f"{median:.2f}x; target >= 3x), compile {r[today]['compile_s']:.0f} s against "
+            f"{r[release]['compile_s']:.0f} s (target: no more)")
+  print(f"\nload {r['load_before_steps']} before the timed rounds, {r['load_after_steps']} "
+        "after\n")
+
+
+def cpu_name() -> str:
+  """lscpu's model name (or platform.processor()) and the logical CPUs."""
+  import platform  # pylint: disable=import-outside-toplevel
+  import subprocess  # pylint: disable=import-outside-toplevel
+  name = ""
+  try:
+    text = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
+    name = next((l.split(":", 1)[1].strip() for l in text.splitlines()
+                 if l.startswith("Model name")), "")
+  except OSError:
+    pass
+  return f"{name or platform.processor() or 'unknown CPU'}, {os.cpu_count()} logical CPUs"
+
+
+def paper_limit_configs(encoding: str = "randomized_relative", lengths=(20, 40)) -> list:
+  """(label, config) of the programs whose achieved fraction `train` reports: the paper's
+  model (configs/default.py, batch 128) at each fixed training length, and the CPU
+  protocol's (configs/scales.py `apply_cpu`: lengths 1..12 in its 2 programs, batch 128)
+  as one model and as its 3-seed grid."""
+  from configs import default  # pylint: disable=import-outside-toplevel
+  from configs import scales  # pylint: disable=import-outside-toplevel
+  out = []
+  for n in lengths:
+    config = default.get_config()
+    config.model.pe = encoding
+    config.training.min_length = config.training.max_length = n
+    out.append((f"paper, length {n}", config))
+  for seeds in ((0,), scales.SEEDS):
+    config = scales.apply_cpu(default.get_config(), seeds=seeds)
+    config.model.pe = encoding
+    out.append((f"CPU protocol, lengths 1..{scales.CPU_MAX_LENGTH}, {len(seeds)} model(s)",
+                config))
+  return out
+
+
+def _train_limit(peak: float) -> dict:
+  import jax  # pylint: disable=import-outside-toplevel
+
+  from experiments import steps  # pylint: disable=import-outside-toplevel
+  out = {}
+  lengths = [int(n) for n in _LIMIT_LENGTHS.value]
+  print(f"### the limit: FLOPs per step from XLA's cost analysis of the compiled step, "
+        f"steps/s of that program ({_LIMIT_STEPS.value} model steps, after 2 warm-up steps), "
+        f"against the float32 matmul's best {peak:.1f} GFLOP/s (load {_load()})\n")
+  print("| model | encoding | programs | GFLOP per model step | compile s | model steps/s | "
+        "GFLOP/s | of the matmul's |")
+  print("|---|---|---:|---:|---:|---:|---:|---:|")
+  for encoding in _LIMIT_ENCODINGS.value:
+    for label, config in paper_limit_configs(encoding, lengths):
+      models = len(steps.grid_members(config))
+      figures = step_figures(config, max(2, _LIMIT_STEPS.value // models))
+      figures["fraction_of_matmul"] = figures["gflops_achieved"] / peak
+      out[f"{encoding}/{label}"] = figures
+      print(f"| {label} | {encoding} | {figures['programs']} | "
+            f"{figures['flops_per_model_step'] / 1e9:.2f} | {figures['compile_s']:.0f} | "
+            f"{figures['model_steps_per_s']:.2f} | {figures['gflops_achieved']:.1f} | "
+            f"{figures['fraction_of_matmul']:.1%} |", flush=True)
+      jax.clear_caches()
+      gc.collect()
+  return out
 
 def bench_grid(repeats: int) -> dict:
   """Model-steps per second of a 10-seed x 3-rate grid against one model (one length)."""
@@ -733,11 +1040,12 @@ def _hlo_categories(hlo_text: str) -> dict:
   return out
 
 
-def profile_shares(run_steps, hlo_text: str, scratch: str) -> dict:
+def profile_shares(run_steps, hlo_text: str, scratch: str, module: str = "grid_step") -> dict:
   """The share of the time of the step's HLO ops by category, from a jax.profiler trace
   of `run_steps()`: the XLA CPU runtime records one event per executed op (stat
   `hlo_op`); events are summed per category (`_hlo_categories`); ops that ran in
-  parallel on the two cores both count, so shares are of the summed op time."""
+  parallel on the two cores both count, so shares are of the summed op time. Only the
+  events of HLO modules whose name holds `module` count."""
   import glob  # pylint: disable=import-outside-toplevel
 
   import jax  # pylint: disable=import-outside-toplevel
@@ -756,7 +1064,7 @@ def profile_shares(run_steps, hlo_text: str, scratch: str) -> dict:
       for event in line.events:
         stats = dict(event.stats)
         op = stats.get("hlo_op")
-        if op is None or "grid_step" not in str(stats.get("hlo_module", "")):
+        if op is None or module not in str(stats.get("hlo_module", "")):
           continue
         category = categories.get(op)
         if category is None:
@@ -771,11 +1079,14 @@ def profile_shares(run_steps, hlo_text: str, scratch: str) -> dict:
                     if total else {}}
 
 
-def ito_step_figures(config, timed_steps: int, profile_steps: int = 0,
-                     scratch: str | None = None) -> dict:
-  """One training program of an Ito config, as the loop builds it: XLA's cost analysis
-  of the compiled step (FLOPs per grid step), the compile seconds, steps/s over
-  `timed_steps` after two warm-up steps, and (profile_steps > 0) the op shares."""
+def step_figures(config, timed_steps: int, profile_steps: int = 0,
+                 scratch: str | None = None, batches: int = 8) -> dict:
+  """The training programs of a config, as the loop builds them: XLA's cost analysis of
+  each compiled step (FLOPs per grid step), the compile seconds, and steps/s over
+  `timed_steps` after two warm-up steps on the first `batches` batches of the run's data
+  (cycled; one program per distinct shape among them, so a config of several lengths or
+  buckets is timed over its own length mix; FLOPs per step are the mean over the timed
+  steps), and (profile_steps > 0) the op shares of the first batch's program."""
   import tempfile  # pylint: disable=import-outside-toplevel
 
   import jax  # pylint: disable=import-outside-toplevel
@@ -788,43 +1099,61 @@ def ito_step_figures(config, timed_steps: int, profile_steps: int = 0,
   state, seeds, step_fn = trainer.state, trainer.seeds, trainer.step
   trainer.state = None
   models = len(trainer.members)
-  batches = [trainer.place(source.batch(s)) for s in range(4)]
+  batches = [trainer.place(source.batch(s)) for s in range(batches)]
+  keys = [_shape_key(b) for b in batches]
+  programs, costs = {}, {}
   start = time.perf_counter()
-  compiled = step_fn.lower(state, seeds, batches[0]).compile()
+  for key, batch in zip(keys, batches):
+    if key not in programs:
+      programs[key] = step_fn.lower(state, seeds, batch).compile()
   compile_s = time.perf_counter() - start
-  cost = compiled.cost_analysis()
-  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-  flops = float(cost["flops"])
+  for key, compiled in programs.items():
+    cost = compiled.cost_analysis()
+    costs[key] = cost[0] if isinstance(cost, (list, tuple)) else cost
   for s in range(2):
-    state, _ = compiled(state, seeds, batches[s % 4])
+    state, _ = programs[keys[s % len(batches)]](state, seeds, batches[s % len(batches)])
   jax.block_until_ready(state)
   start = time.perf_counter()
   for s in range(timed_steps):
-    state, _ = compiled(state, seeds, batches[s % 4])
+    i = s % len(batches)
+    state, _ = programs[keys[i]](state, seeds, batches[i])
   jax.block_until_ready(state)
   seconds = (time.perf_counter() - start) / max(timed_steps, 1)
-  result = {"models": models, "flops_per_step": flops,
+  timed = [keys[s % len(batches)] for s in range(max(timed_steps, 1))]
+  mean = lambda name: sum(float(costs[k].get(name, 0.0)) for k in timed) / len(timed)
+  flops = mean("flops")
+  result = {"models": models, "programs": len(programs), "flops_per_step": flops,
             "flops_per_model_step": flops / models,
-            "analytic_matmul_flops_per_model_step": ito_matmul_flops(config),
-            "transcendentals_per_step": float(cost.get("transcendentals", 0.0)),
-            "bytes_accessed_per_step": float(cost.get("bytes accessed", 0.0)),
+            "transcendentals_per_step": mean("transcendentals"),
+            "bytes_accessed_per_step": mean("bytes accessed"),
+            "flops_per_program": {str(k[0]): float(c["flops"]) for k, c in costs.items()},
             "compile_s": compile_s, "timed_steps": timed_steps,
             "seconds_per_step": seconds, "steps_per_s": 1.0 / seconds,
             "model_steps_per_s": models / seconds,
             "gflops_achieved": flops / seconds / 1e9}
   if profile_steps > 0:
     holder = {"state": state}
+    compiled = programs[keys[0]]
 
     def run_steps():
       current = holder["state"]
-      for s in range(profile_steps):
-        current, _ = compiled(current, seeds, batches[s % 4])
+      for _ in range(profile_steps):
+        current, _ = compiled(current, seeds, batches[0])
       jax.block_until_ready(current)
       holder["state"] = current
 
-    folder = tempfile.mkdtemp(prefix="ito_profile_", dir=scratch)
+    folder = tempfile.mkdtemp(prefix="step_profile_", dir=scratch)
     result["profile"] = profile_shares(run_steps, compiled.as_text(), folder)
     result["profile"]["steps"] = profile_steps
+  return result
+
+
+def ito_step_figures(config, timed_steps: int, profile_steps: int = 0,
+                     scratch: str | None = None) -> dict:
+  """`step_figures` of an Ito config (one program: its batches have one shape), beside
+  the analytic count of its matrix products (`ito_matmul_flops`)."""
+  result = step_figures(config, timed_steps, profile_steps, scratch, batches=4)
+  result["analytic_matmul_flops_per_model_step"] = ito_matmul_flops(config)
   return result
 
 
@@ -873,9 +1202,294 @@ def bench_ito(repeats: int) -> dict:
   return results
 
 
+# --------------------------------------------------------------------------
+# eval: the paper model's evaluation of lengths 41..100 at batch 500 (issue 27, item 6).
+
+
+def compare_evaluation(participants, pe: str, lengths, rounds: int, scratch: str,
+                       echo=print, overrides: dict | None = None) -> dict:
+  """Seconds of `RangeEvaluator.evaluate` over `lengths` (the paper's evaluation config:
+  batch 500, its max_buckets and max_logits) per participant (dicts with label, root,
+  python; our code only), each in its own process with huge-page malloc where it applies,
+  in `rounds` alternating rounds: the first with a fresh evaluator (compiling included),
+  the others with its programs compiled. Also whether each one's accuracies equal the
+  first participant's, length by length. `overrides`: {"model": {...}, "evaluation":
+  {...}} config overrides (tests)."""
+  workers, results = [], {}
+  env = malloc_environment(True) or malloc_environment(False)
+  spec = {"kind": "eval", "pe": pe, "lengths": [int(n) for n in lengths],
+          **(overrides or {})}
+  try:
+    for part in participants:
+      worker = TrainWorker(f"eval {part['label']}", part["python"],
+                           {**spec, "root": part["root"]}, env, scratch)
+      if worker.wait_ready() is None:
+        results[part["label"]] = {"error": worker.error}
+        echo(f"{part['label']}: cannot be timed: {worker.error}")
+        worker.close()
+        continue
+      workers.append((part["label"], worker))
+      results[part["label"]] = {"seconds": [], "traces": [], "accuracy": None}
+    for r in range(rounds):
+      order = workers[r % max(1, len(workers)):] + workers[:r % max(1, len(workers))]
+      for label, worker in order:
+        worker.proc.stdin.write(json.dumps({"fresh": r == 0}) + "\n")
+        worker.proc.stdin.flush()
+        done = worker._read("DONE")  # pylint: disable=protected-access
+        if done is None:
+          raise RuntimeError(f"{label}: {worker.error}")
+        row = results[label]
+        row["seconds"].append(done["seconds"])
+        row["traces"].append(done["traces"])
+        row["accuracy"] = row["accuracy"] or done["accuracy"]
+        row.setdefault("load", []).append(_load())
+  finally:
+    for _, worker in workers:
+      worker.close()
+  first = next((row["accuracy"] for row in results.values() if row.get("accuracy")), None)
+  for row in results.values():
+    if row.get("accuracy") is not None:
+      row["identical_to_first"] = row["accuracy"] == first
+  return results
+
+
+def bench_eval(repeats: int) -> dict:
+  """The paper model's evaluation of --eval_lengths at batch 500, today's code beside
+  --baseline_commit, alternating rounds (module docstring)."""
+  del repeats
+  import contextlib  # pylint: disable=import-outside-toplevel
+  import sys  # pylint: disable=import-outside-toplevel
+  import tempfile  # pylint: disable=import-outside-toplevel
+
+  low, high = (int(x) for x in _EVAL_LENGTHS.value)
+  scratch = _SCRATCH.value or tempfile.mkdtemp(prefix="randomized_pe_benchmark_")
+  os.makedirs(scratch, exist_ok=True)
+  results = {"cpu": cpu_name(), "load_start": _load(), "lengths": [low, high]}
+  with contextlib.ExitStack() as stack:
+    participants = [{"label": "today", "root": _REPO, "python": sys.executable}]
+    if _BASELINE_COMMIT.value:
+      path, commit = stack.enter_context(baseline_worktree(_BASELINE_COMMIT.value))
+      participants.append({"label": f"commit {commit}", "root": path,
+                           "python": sys.executable})
+    print(f"CPU: {results['cpu']}; load average {results['load_start']}; "
+          f"{_EVAL_ENCODING.value}, lengths {low}..{high} at batch 500, "
+          f"{_EVAL_ROUNDS.value} rounds alternating (the first compiles)\n", flush=True)
+    runs = compare_evaluation(participants, _EVAL_ENCODING.value, range(low, high + 1),
+                              _EVAL_ROUNDS.value, scratch)
+  results["runs"] = runs
+  print("| code | programs | first evaluation s (compile included) | later evaluations s "
+        "(compiled) | accuracies identical to today's | load |")
+  print("|---|---:|---:|---:|---|---|")
+  for label, row in runs.items():
+    if "error" in row:
+      print(f"| {label} | cannot be timed: {row['error']} |")
+      continue
+    later = ", ".join(f"{s:.1f}" for s in row["seconds"][1:]) or "-"
+    print(f"| {label} | {row['traces'][0]} | {row['seconds'][0]:.1f} | {later} | "
+          f"{row.get('identical_to_first')} | {row['load'][0]} .. {row['load'][-1]} |")
+  base = next((k for k in runs if k.startswith("commit")), None)
+  if base and "seconds" in runs.get("today", {}) and "seconds" in runs[base]:
+    ratio = runs["today"]["seconds"][0] / runs[base]["seconds"][0]
+    results["today_vs_baseline_first"] = ratio
+    print(f"\ntoday's first evaluation takes {ratio:.2f}x the time of {base}'s (target <= 0.5)")
+  results["load_end"] = _load()
+  print(f"\nload average at the end: {results['load_end']}")
+  return results
+
+
+# --------------------------------------------------------------------------
+# roofline: the paper's protocol on GPUs, projected from the programs' cost analysis
+# (issue 27, item 7). A projection, not a measurement.
+
+# Public peak figures (dense, no sparsity), from the vendors' datasheets:
+#   V100 SXM2: NVIDIA Tesla V100 datasheet (2020): 15.7 TFLOPS FP32, 125 TFLOPS tensor
+#     (FP16), 900 GB/s HBM2; no TF32.
+#   A100 SXM4 80GB: NVIDIA A100 datasheet (2021): 19.5 TFLOPS FP32, 156 TFLOPS TF32 tensor,
+#     312 TFLOPS FP16 tensor, 2,039 GB/s HBM2e.
+#   H100 SXM5: NVIDIA H100 datasheet (2023): 67 TFLOPS FP32, 494.7 TFLOPS TF32 tensor and
+#     989.4 TFLOPS FP16 tensor (dense: half the datasheet's "with sparsity" 989 / 1,979),
+#     3.35 TB/s HBM3.
+GPUS = {
+    "V100 SXM2": {"FP32": 15.7e12, "TF32": None, "FP16": 125e12, "bandwidth": 900e9},
+    "A100 SXM4 80GB": {"FP32": 19.5e12, "TF32": 156e12, "FP16": 312e12,
+                       "bandwidth": 2039e9},
+    "H100 SXM5": {"FP32": 67e12, "TF32": 494.7e12, "FP16": 989.4e12, "bandwidth": 3.35e12},
+}
+# The paper's Table 1 protocol (configs/table1.py): per model 2,000,000 steps of batch 128
+# on lengths drawn uniformly from 1..40, then evaluation of lengths 1..500 at batch 500;
+# 10 seeds x 3 learning rates x 11 encodings x 15 tasks models.
+PROTOCOL = {"steps": 2_000_000, "train_lengths": (1, 40), "eval_lengths": (1, 500),
+            "models": 10 * 3 * 11 * 15}
+
+
+def roofline_seconds(flops: float, bytes_accessed: float, peak_flops: float,
+                     bandwidth: float) -> float:
+  """The roofline's lower bound on a program's time: compute or memory, whichever binds."""
+  return max(flops / peak_flops, bytes_accessed / bandwidth)
+
+
+def roofline_projection(train_costs: dict, eval_costs: dict, gpus=None,
+                        protocol=None) -> dict:
+  """GPU-hours of the protocol by the roofline, per GPU and precision.
+
+  Args:
+    train_costs: {length: (FLOPs, bytes accessed)} of one model's training step at each
+      training length; lengths are drawn uniformly, so a step costs their mean.
+    eval_costs: {length: (FLOPs, bytes)} of evaluating one length (the whole batch).
+    gpus: {name: {precision: FLOP/s or None, "bandwidth": bytes/s}} (default GPUS).
+    protocol: as PROTOCOL.
+
+  Returns:
+    {gpu: {precision: {"step_ms", "eval_s", "hours_per_model", "gpu_hours",
+    "bound": share of training time bound by memory}}}.
+  """
+  gpus = GPUS if gpus is None else gpus
+  protocol = PROTOCOL if protocol is None else protocol
+  out = {}
+  for name, gpu in gpus.items():
+    out[name] = {}
+    for precision, peak in gpu.items():
+      if precision == "bandwidth" or not peak:
+        continue
+      train = [roofline_seconds(f, b, peak, gpu["bandwidth"]) for f, b in train_costs.values()]
+      memory_bound = sum(b / gpu["bandwidth"] >= f / peak for f, b in train_costs.values())
+      step = sum(train) / len(train)
+      evaluation = sum(roofline_seconds(f, b, peak, gpu["bandwidth"])
+                       for f, b in eval_costs.values())
+      hours = (protocol["steps"] * step + evaluation) / 3600
+      out[name][precision] = {"step_ms": step * 1e3, "eval_s": evaluation,
+                              "hours_per_model": hours,
+                              "gpu_hours": hours * protocol["models"],
+                              "memory_bound_lengths": memory_bound / len(train_costs)}
+  return out
+
+
+def fit_costs(sampled: dict, lengths) -> dict:
+  """{length: (FLOPs, bytes)} for `lengths` from a least-squares quadratic in the length
+  through the sampled lengths' costs (exact where sampled): a program's work is a
+  polynomial of degree 2 in its sequence length (attention) plus linear terms."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  ns = sorted(sampled)
+  out = {}
+  for column in (0, 1):
+    coefficients = np.polyfit(ns, [sampled[n][column] for n in ns], min(2, len(ns) - 1))
+    for n in lengths:
+      value = sampled[n][column] if n in sampled else float(np.polyval(coefficients, n))
+      out.setdefault(n, [0.0, 0.0])[column] = max(0.0, value)
+  return {n: tuple(v) for n, v in out.items()}
+
+
+def paper_program_costs(encoding: str, train_lengths, eval_lengths) -> tuple:
+  """XLA's cost analysis (CPU compiler: its fusions, not a GPU's) of the paper model's
+  programs: one model's training step at each of `train_lengths` (batch 128) and the
+  evaluation of each of `eval_lengths` (batch 500, sub-batched as evaluation runs it:
+  the chunk program's cost times the chunks). Returns ({n: (FLOPs, bytes)}, same)."""
+  import jax  # pylint: disable=import-outside-toplevel
+
+  import tasks  # pylint: disable=import-outside-toplevel
+  from configs import default  # pylint: disable=import-outside-toplevel
+  from experiments import data  # pylint: disable=import-outside-toplevel
+  from experiments import evaluation  # pylint: disable=import-outside-toplevel
+  from experiments import steps  # pylint: disable=import-outside-toplevel
+
+  def cost_of(compiled):
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    return float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
+
+  task = tasks.get("reverse_string")
+  config = default.get_config()
+  config.model.pe = encoding
+  config.training.max_length = max(train_lengths)
+  trainer = steps.build_trainer(config, task, jax.devices()[:1])
+  train = {}
+  for n in train_lengths:
+    batch = trainer.place(data.make_batch(task, jax.random.PRNGKey(n),
+                                          config.training.batch_size, n))
+    train[n] = cost_of(trainer.step.lower(trainer.state, trainer.seeds, batch).compile())
+  e = config.evaluation
+  evaluator = evaluation.RangeEvaluator(trainer.model, task, max_logits=e.max_logits)
+  params = jax.tree_util.tree_map(lambda x: x[0], trainer.state.params)
+  evals = {}
+  for n in eval_lengths:
+    size, out_size = data.sequence_length(task, n), task.output_length(n)
+    per_row = trainer.model.attention_logits_per_sequence(size)
+    chunk = int(max(1, min(e.batch_size, e.max_logits // per_row)))
+    flops, nbytes = cost_of(evaluator.compile(params, (size, out_size, chunk)))
+    chunks = -(-e.batch_size // chunk)
+    evals[n] = (flops * chunks, nbytes * chunks)
+  return train, evals
+
+
+def paper_table2_hours() -> dict:
+  """Table 2 of the paper (experiments/data/paper_results.json): {(task, encoding): mean
+  hours of one run on a V100}."""
+  path = os.path.join(_REPO, "experiments", "data", "paper_results.json")
+  with open(path) as f:
+    hours = json.load(f)["table2_running_hours_mean_std"]["hours"]
+  return {(t, e): v[0] for t, row in hours.items() for e, v in row.items()}
+
+
+def bench_roofline(repeats: int) -> dict:
+  """A roofline projection of the Table 1 protocol's GPU-hours (module docstring)."""
+  del repeats
+  train_sample = [int(n) for n in _ROOFLINE_TRAIN_LENGTHS.value]
+  eval_sample = [int(n) for n in _ROOFLINE_EVAL_LENGTHS.value]
+  results = {"cpu": cpu_name(), "load_start": _load(), "encoding": _ROOFLINE_ENCODING.value}
+  print(f"Cost analysis (XLA's CPU compiler, so its fusions, not a GPU's) of the paper "
+        f"model's programs, {_ROOFLINE_ENCODING.value}, reverse_string; compiled here on "
+        f"{results['cpu']} (load {results['load_start']})\n")
+  start = time.perf_counter()
+  train_sampled, eval_sampled = paper_program_costs(_ROOFLINE_ENCODING.value, train_sample,
+                                                    eval_sample)
+  results["cost_seconds"] = time.perf_counter() - start
+  print("| program | length | GFLOP | GB accessed | FLOP per byte |")
+  print("|---|---:|---:|---:|---:|")
+  for what, table in (("training step (batch 128)", train_sampled),
+                      ("evaluation of one length (batch 500)", eval_sampled)):
+    for n, (f, b) in sorted(table.items()):
+      print(f"| {what} | {n} | {f / 1e9:.2f} | {b / 1e9:.3f} | {f / max(b, 1):.1f} |")
+  p = PROTOCOL
+  train = fit_costs(train_sampled, range(p["train_lengths"][0], p["train_lengths"][1] + 1))
+  evals = fit_costs(eval_sampled, range(p["eval_lengths"][0], p["eval_lengths"][1] + 1))
+  projection = roofline_projection(train, evals)
+  results.update(train_sampled={str(k): v for k, v in train_sampled.items()},
+                 eval_sampled={str(k): v for k, v in eval_sampled.items()},
+                 projection=projection)
+  table2 = paper_table2_hours()
+  paper_run = table2.get(("reverse_string", _ROOFLINE_ENCODING.value))
+  paper_total = 30 * sum(table2.values())
+  print(f"\nOther lengths from a quadratic fit through these. Protocol: {p['steps']:,} "
+        f"steps per model on lengths {p['train_lengths'][0]}..{p['train_lengths'][1]} "
+        f"(uniform), evaluation of {p['eval_lengths'][0]}..{p['eval_lengths'][1]}, "
+        f"{p['models']:,} models (10 seeds x 3 learning rates x 11 encodings x 15 tasks, "
+        f"each costed as this one).\n")
+  print("| GPU | precision | step ms (mean over lengths) | evaluation s | hours per model | "
+        "GPU-hours, whole protocol | memory-bound training lengths |")
+  print("|---|---|---:|---:|---:|---:|---:|")
+  for gpu, rows in projection.items():
+    for precision, row in rows.items():
+      print(f"| {gpu} | {precision} | {row['step_ms']:.3f} | {row['eval_s']:.1f} | "
+            f"{row['hours_per_model']:.3f} | {row['gpu_hours']:,.0f} | "
+            f"{row['memory_bound_lengths']:.0%} |")
+  print(f"\nThe paper's Table 2 (measured, one V100 per run): reverse_string / "
+        f"{_ROOFLINE_ENCODING.value} {paper_run} h per run; the mean of its "
+        f"{len(table2)} task x encoding cells x 30 runs each: {paper_total:,.0f} V100-hours "
+        f"for the {len(table2) * 30:,} runs it lists.")
+  v100 = projection["V100 SXM2"]["FP32"]["hours_per_model"]
+  if paper_run:
+    print(f"The roofline's V100 FP32 bound is {v100:.3f} h per run, {v100 / paper_run:.1%} "
+          f"of the paper's measured {paper_run} h: a projection, the bound of compute and "
+          "memory traffic alone; a model this small (d_model 64) is bound on a GPU by kernel "
+          "launches and other latency, which the roofline does not see.")
+  results.update(paper_run_hours=paper_run, paper_total_hours=paper_total,
+                 load_end=_load())
+  return results
+
+
 SECTIONS = {"tasks": bench_tasks, "train": bench_train, "grid": bench_grid,
             "attention": bench_attention, "buckets": bench_buckets,
-            "ito": bench_ito}
+            "ito": bench_ito, "eval": bench_eval, "roofline": bench_roofline}
 
 
 def main(argv):
