@@ -169,6 +169,10 @@ _ROOFLINE_TRAIN_LENGTHS = flags.DEFINE_list(
 _ROOFLINE_EVAL_LENGTHS = flags.DEFINE_list(
     "roofline_eval_lengths", ["41", "100", "200", "300", "400", "500"],
     "roofline: evaluation lengths compiled and costed (others: fitted).")
+_LIMIT_PROFILE_STEPS = flags.DEFINE_integer(
+    "limit_profile_steps", 0, "train, part limit: steps of each one-model program "
+    "profiled for the share of op time by category (0: none; e.g. --limit_lengths=10,20,40 "
+    "--limit_profile_steps=3 for issue 27's item 3).")
 _CACHE_CHILD = flags.DEFINE_integer("cache_child", None, "Internal: compile the training "
                                     "programs of this max_programs and print the times.")
 
@@ -546,7 +550,8 @@ def _train_limit(peak: float) -> dict:
   for encoding in _LIMIT_ENCODINGS.value:
     for label, config in paper_limit_configs(encoding, lengths):
       models = len(steps.grid_members(config))
-      figures = step_figures(config, max(2, _LIMIT_STEPS.value // models))
+      figures = step_figures(config, max(2, _LIMIT_STEPS.value // models),
+                             _LIMIT_PROFILE_STEPS.value if models == 1 else 0, _SCRATCH.value)
       figures["fraction_of_matmul"] = figures["gflops_achieved"] / peak
       out[f"{encoding}/{label}"] = figures
       print(f"| {label} | {encoding} | {figures['programs']} | "
@@ -555,6 +560,12 @@ def _train_limit(peak: float) -> dict:
             f"{figures['fraction_of_matmul']:.1%} |", flush=True)
       jax.clear_caches()
       gc.collect()
+  for key, figures in out.items():
+    profile = figures.get("profile")
+    if profile and profile.get("shares"):
+      shares = ", ".join(f"{k} {v:.1%}" for k, v in profile["shares"].items())
+      print(f"\nop time by category, {key}, {profile['steps']} profiled steps "
+            f"({profile['total_op_ms']:.0f} ms of op time): {shares}")
   return out
 
 def bench_grid(repeats: int) -> dict:
