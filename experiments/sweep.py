@@ -323,8 +323,10 @@ def _worker(job_fn, config: dict, workdir: str, parent_pid: int, messages) -> No
 class Progress:
   """Prints jobs done / running / left and an ETA from the jobs finished so far."""
 
-  def __init__(self, total: int, already_done: int, workers: int):
+  def __init__(self, total: int, already_done: int, workers: int,
+               on_finished: Callable[[Job], None] | None = None):
     self.total, self.done, self.workers = total, already_done, max(1, workers)
+    self.on_finished = on_finished  # Called with every job that finished (not failed).
     self.failed = []
     self._durations = []
     self._started = {}
@@ -341,6 +343,8 @@ class Progress:
       self.done += 1
       self._durations.append(elapsed)
       print(f"[sweep] finished {job.name} in {elapsed:.0f} s", flush=True)
+      if self.on_finished is not None:
+        self.on_finished(job)
     self.report()
 
   def stop(self, job: Job, how: str):
@@ -482,7 +486,7 @@ def _run_ray(jobs, progress, job_fn, ray_address, gpus_per_job, max_retries):
 def run_sweep(config: ml_collections.ConfigDict, sweep_dir: str, executor: str = "local",
               workers: int = 1, ray_address: str | None = None, gpus_per_job: float = 0.0,
               max_retries: int = 3, job_fn: Callable = run_job,
-              rerun_changed: bool = False) -> Progress:
+              rerun_changed: bool = False, commit_results: bool = False) -> Progress:
   """Runs every unfinished job of the sweep; returns the final progress (failures listed).
 
   Raises ValueError for bad settings (before anything is written), SweepInterrupted
@@ -513,7 +517,12 @@ def run_sweep(config: ml_collections.ConfigDict, sweep_dir: str, executor: str =
     todo.append(job)
     if why:
       notes.append((job, why))
-  progress = Progress(len(jobs), len(jobs) - len(todo), workers)
+  on_finished = None
+  if commit_results:  # Each finished job's small files, committed as it finishes.
+    from experiments import results_git  # pylint: disable=import-outside-toplevel
+    on_finished = lambda job: results_git.commit_job(  # pylint: disable=unnecessary-lambda-assignment
+        job.workdir, job.name, [file for _, _, file in _job_outputs(job.config)])
+  progress = Progress(len(jobs), len(jobs) - len(todo), workers, on_finished)
   kind = "variants" if config.sweep.get("variants", None) else "encodings"
   print(f"[sweep] {len(jobs)} jobs ({len(config.sweep.tasks)} tasks x "
         f"{len(variants(config.sweep))} {kind}), {len(jobs) - len(todo)} already finished; "
@@ -550,7 +559,8 @@ def main(argv):
     cli.check_shadowed(config, sys.argv)
     progress = run_sweep(config, _SWEEP_DIR.value, _EXECUTOR.value, _WORKERS.value,
                          _RAY_ADDRESS.value, _GPUS.value, _RETRIES.value,
-                         rerun_changed=_RERUN_CHANGED.value)
+                         rerun_changed=_RERUN_CHANGED.value,
+                         commit_results=_COMMIT_RESULTS.value)
   except ValueError as e:
     cli.fail(cli.one_line(e))
   except SweepInterrupted:
@@ -585,4 +595,8 @@ if __name__ == "__main__":
   _RERUN_CHANGED = flags.DEFINE_boolean(
       "rerun_changed", False, "Move aside the folders of jobs whose settings changed "
       "(to FOLDER.replaced-TIME) and run those jobs again.")
+  _COMMIT_RESULTS = flags.DEFINE_boolean(
+      "commit_results", False, "Commit each finished job's small files (config.json, "
+      "eval.json, metrics.jsonl, its job outputs; never checkpoints) to the git repository "
+      "holding SWEEP_DIR as the job finishes (experiments/results_git.py).")
   cli.run(main)

@@ -97,3 +97,38 @@ def test_committed_results_match_the_config_that_made_them(folder):
     assert name in jobs, f"results/{folder}/{name} is no job of {COMMITTED[folder]}"
     finished, why = sweep.job_status(jobs[name])
     assert finished, f"results/{folder}/{name}: {why}"
+
+
+def _git(repo, *args):
+  import subprocess  # pylint: disable=import-outside-toplevel
+  return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo,
+                        capture_output=True, text=True, check=True).stdout
+
+
+def test_commit_results_commits_each_finished_jobs_small_files_only(tmp_path, monkeypatch):
+  repo = tmp_path / "repo"
+  repo.mkdir()
+  _git(repo, "init", "-q")
+  _git(repo, "commit", "-q", "--allow-empty", "-m", "start")
+  (repo / "staged_by_someone_else.txt").write_text("not theirs to commit\n")
+  _git(repo, "add", "staged_by_someone_else.txt")
+  for key, value in (("GIT_AUTHOR_NAME", "t"), ("GIT_AUTHOR_EMAIL", "t@t"),
+                     ("GIT_COMMITTER_NAME", "t"), ("GIT_COMMITTER_EMAIL", "t@t")):
+    monkeypatch.setenv(key, value)
+  sweep_dir = str(repo / "results" / "exp")
+  progress = sweep.run_sweep(_config(), sweep_dir, commit_results=True)
+  assert progress.done == 2 and not progress.failed
+  log = _git(repo, "log", "--format=%s", "--name-only").splitlines()
+  committed = sorted(line for line in log if line.startswith("results/"))
+  assert committed == sorted(f"results/exp/reverse_string/{pe}/{name}"
+                             for pe in ("relative", "randomized_relative")
+                             for name in SMALL_FILES)
+  assert sum(line.startswith("results: reverse_string/") for line in log) == 2
+  # Someone else's staged file stays staged, uncommitted; checkpoints exist but stay out.
+  assert _git(repo, "status", "--porcelain", "staged_by_someone_else.txt").startswith("A ")
+  assert glob.glob(os.path.join(sweep_dir, "*", "*", "checkpoints"))
+  # A fresh clone has the finished sweep.
+  clone = tmp_path / "clone"
+  _git(tmp_path, "clone", "-q", str(repo), str(clone))
+  again = sweep.run_sweep(_config(), str(clone / "results" / "exp"), job_fn=_must_not_run)
+  assert (again.done, again.failed) == (2, [])

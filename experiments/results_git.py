@@ -1,0 +1,56 @@
+"""Commits a finished job's small files to git as the job finishes, so that a sweep's
+results travel with the code that made them and a sweep of many sessions resumes from
+any fresh clone (issue 25; `experiments.sweep --commit_results`).
+
+A job's small files: config.json, eval.json, metrics.jsonl and the files its
+`sweep.job_outputs` name (experiments/sweep.py). Checkpoints, event files and logs are
+never committed (the repository's .gitignore also keeps them out of results/). The
+commit holds those files only (`git commit --only`), whatever else is staged, and a
+failure (no repository, a lock held by another git command) is one warning line: the
+sweep goes on, and the next finished job or `git add` by hand catches up.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+
+SMALL_FILES = ("config.json", "eval.json", "metrics.jsonl")
+
+
+def job_files(workdir: str, outputs=()) -> list[str]:
+  """The small files of a job folder that exist, in a fixed order."""
+  return [os.path.join(workdir, name) for name in (*SMALL_FILES, *outputs)
+          if os.path.isfile(os.path.join(workdir, name))]
+
+
+def _git(args, cwd) -> subprocess.CompletedProcess:
+  return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
+
+
+def commit_job(workdir: str, name: str, outputs=()) -> str | None:
+  """Commits the job's small files; returns the commit's hash, or None when there was
+  nothing new to commit or git failed (then one warning line on stdout)."""
+  files = job_files(workdir, outputs)
+  if not files:
+    return None
+  top = _git(["rev-parse", "--show-toplevel"], workdir)
+  if top.returncode != 0:
+    print(f"[sweep] warning: not committing {name}: {workdir} is not in a git repository",
+          flush=True)
+    return None
+  root = top.stdout.strip()
+  paths = [os.path.relpath(os.path.realpath(f), os.path.realpath(root)) for f in files]
+  if not _git(["status", "--porcelain", "--", *paths], root).stdout.strip():
+    return None  # Committed already.
+  for step in (["add", "--", *paths],
+               ["commit", "-q", "--only", "-m", f"results: {name} finished "
+                f"({', '.join(os.path.basename(p) for p in paths)})", "--", *paths]):
+    done = _git(step, root)
+    if done.returncode != 0:
+      why = (done.stderr or done.stdout).strip().splitlines()
+      print(f"[sweep] warning: could not commit the results of {name}: git {step[0]}: "
+            f"{why[-1] if why else done.returncode}", flush=True)
+      return None
+  commit = _git(["rev-parse", "--short", "HEAD"], root).stdout.strip()
+  print(f"[sweep] committed the results of {name} ({commit})", flush=True)
+  return commit
