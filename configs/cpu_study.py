@@ -14,6 +14,12 @@ Settings (variant names SETTING-ENCODING):
   A  the paper's model (5 layers, d_model 64, 8 heads, dropout 0.1), lengths 1..12, test
      13..48, L = 256, batch 128, constant learning rate 5e-4 (DESIGN.md §10: learns
      missing_duplicate_string's training lengths by step 1,500), 6,000 steps.
+  B  as A with a longer training range: lengths 1..20, test 21..80, L = 512 (the same
+     ratios N : M : L as A), on missing_duplicate_string and reverse_string only: does the
+     range of training lengths, rather than the steps, hold back the gain A does not
+     show on missing_duplicate_string?
+Each setting is its own sweep into the same folder (its tasks differ):
+  python -m experiments.sweep --config=configs/cpu_study.py:B --sweep_dir=results/cpu_study
 Finished jobs' small files are committed under results/cpu_study/, so the sweep resumes
 from a fresh clone; checkpoints are never committed (.gitignore).
 """
@@ -25,9 +31,7 @@ TASKS = ("reverse_string", "missing_duplicate_string", "duplicate_string",
          "stack_manipulation", "odds_first", "cycle_navigation", "bucket_sort")
 ENCODINGS = ("relative", "randomized_relative")
 
-# name -> dotted overrides shared by both encodings of the setting.
-SETTINGS = {
-    "A": {
+_A = {
         "model.max_position": 256,
         "training.steps": 6000, "training.batch_size": 128,
         "training.learning_rate": 5e-4, "training.max_length": 12,
@@ -36,19 +40,28 @@ SETTINGS = {
         "evaluation.max_length": 48, "evaluation.batch_size": 128,
         "evaluation.max_buckets": 4, "evaluation.every_steps": 1000,
         "evaluation.periodic_batch_size": 64,
-    },
+}
+# name -> (tasks, encodings in job order, dotted overrides shared by its encodings).
+SETTINGS = {
+    "A": (TASKS, ENCODINGS, _A),
+    "B": (("missing_duplicate_string", "reverse_string"), ENCODINGS[::-1],
+          {**_A, "model.max_position": 512, "training.max_length": 20,
+           "evaluation.max_length": 80}),
 }
 
 
 def get_config(arg=None):
-  del arg
+  """The sweep of one setting (`configs/cpu_study.py:B`; default A)."""
+  name = arg or "A"
+  if name not in SETTINGS:
+    raise ValueError(f"unknown setting {name!r}; valid choices: {', '.join(SETTINGS)}")
+  tasks, encodings, overrides = SETTINGS[name]
   config = default.get_config()
   config.sweep = ml_collections.ConfigDict()
-  config.sweep.tasks = TASKS
+  config.sweep.tasks = tasks
   config.sweep.encodings = ()
   config.sweep.variants = tuple(
-      (f"{name}-{pe}", {**overrides, "model.pe": pe})
-      for name, overrides in SETTINGS.items() for pe in ENCODINGS)
+      (f"{name}-{pe}", {**overrides, "model.pe": pe}) for pe in encodings)
   config.sweep.report = "study"
   config.progress = False
   return config

@@ -15,8 +15,9 @@ from experiments import sweep
 from tests.test_training import tiny_config
 
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
-# results/<folder> -> the sweep config that made it (the folder the README's commands name).
-COMMITTED = {"cpu_study": "configs.cpu_study"}
+# results/<folder> -> the sweep config that made it and its config arguments (the folder
+# the README's commands name).
+COMMITTED = {"cpu_study": ("configs.cpu_study", ("A", "B"))}
 SMALL_FILES = {"config.json", "eval.json", "metrics.jsonl"}
 
 
@@ -87,14 +88,15 @@ def test_committed_results_match_the_config_that_made_them(folder):
   """Every job folder committed under results/FOLDER is a finished job of its config
   today: editing the config without re-running its jobs fails here, not silently."""
   sweep_dir = os.path.join(RESULTS, folder)
-  config = importlib.import_module(COMMITTED[folder]).get_config()
-  jobs = {job.name: job for job in sweep.make_jobs(config, sweep_dir)}
+  module, args = COMMITTED[folder]
+  jobs = {job.name: job for arg in args for job in sweep.make_jobs(
+      importlib.import_module(module).get_config(arg), sweep_dir)}
   committed = [os.path.relpath(os.path.dirname(p), sweep_dir)
                for p in glob.glob(os.path.join(sweep_dir, "*", "*", "eval.json"))]
   if not committed:
     pytest.skip(f"no finished job committed under results/{folder} yet")
   for name in committed:
-    assert name in jobs, f"results/{folder}/{name} is no job of {COMMITTED[folder]}"
+    assert name in jobs, f"results/{folder}/{name} is no job of {module}"
     finished, why = sweep.job_status(jobs[name])
     assert finished, f"results/{folder}/{name}: {why}"
 
