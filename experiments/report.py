@@ -595,17 +595,23 @@ def _per_model(value, count: int) -> list:
   return list(value) if isinstance(value, list) else [value] * count
 
 
+def _job_records(sweep_dir: str, task: str, name: str) -> list | None:
+  """The job's metrics.jsonl records ([] without the file; None, with a warning, if it
+  is damaged)."""
+  path = os.path.join(sweep_dir, task, name, "metrics.jsonl")
+  try:
+    return io_utils.read_jsonl(path) if os.path.exists(path) else []
+  except io_utils.CorruptFileError as e:
+    print(f"warning: {e}; left out of the report", file=sys.stderr)
+    return None
+
+
 def figure2_curve(sweep_dir: str, task: str, name: str, result: dict) -> dict | None:
   """The job's evaluations during training at the learning rate with the best final mean:
   {"seconds": [...], "mean": [...], "std": [...], "seeds": n, "steps_per_second": median
   over log intervals but the first (which compiles)}; None without such records."""
-  path = os.path.join(sweep_dir, task, name, "metrics.jsonl")
-  try:
-    records = io_utils.read_jsonl(path) if os.path.exists(path) else []
-  except io_utils.CorruptFileError as e:
-    print(f"warning: {e}; left out of the report", file=sys.stderr)
-    return None
-  evaluations = [r for r in records if "evaluation" in r and "train_seconds" in r]
+  records = _job_records(sweep_dir, task, name)
+  evaluations = [r for r in records or [] if "evaluation" in r and "train_seconds" in r]
   if not evaluations:
     return None
   models = result["models"]
@@ -876,13 +882,8 @@ def write_paper_report(sweep_dir: str, results: dict, out_dir: str, unfinished=(
 def learning_curve(sweep_dir: str, task: str, name: str, result: dict) -> dict | None:
   """The job's evaluations during training, over the seeds at the best learning rate:
   {"steps", "seconds", "train", "unseen"} (lists; accuracy means in %); None without them."""
-  path = os.path.join(sweep_dir, task, name, "metrics.jsonl")
-  try:
-    records = io_utils.read_jsonl(path) if os.path.exists(path) else []
-  except io_utils.CorruptFileError as e:
-    print(f"warning: {e}; left out of the report", file=sys.stderr)
-    return None
-  evaluations = [r for r in records if "evaluation" in r and "train_seconds" in r]
+  records = _job_records(sweep_dir, task, name)
+  evaluations = [r for r in records or [] if "evaluation" in r and "train_seconds" in r]
   if not evaluations:
     return None
   models = result["models"]
