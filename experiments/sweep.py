@@ -109,12 +109,40 @@ def variants(sweep_config) -> list[tuple[str, dict]]:
   return pairs
 
 
-def _override(config: ml_collections.ConfigDict, variant: str, path: str, value) -> None:
+def task_overrides(sweep_config) -> dict[str, dict]:
+  """{task: {dotted setting: value}} of `sweep.task_overrides`, (task, overrides) pairs
+  set on every job of that task before its variant's overrides (a scale's settings for
+  one task, e.g. the longer training range configs/scales.py gives
+  missing_duplicate_string). ValueError for a task the sweep does not run or one given
+  twice."""
+  given = sweep_config.get("task_overrides", None) or ()
+  if _is_mapping(given):
+    given = list(given.items())
+  tasks = tuple(sweep_config.get("tasks", None) or ())
+  out = {}
+  for entry in given:
+    if not isinstance(entry, (tuple, list)) or len(entry) != 2:
+      raise ValueError(f"sweep.task_overrides: each entry must be a (task, overrides) pair, "
+                       f"got {entry!r}")
+    task, overrides = entry
+    if task not in tasks or task in out:
+      raise ValueError(f"sweep.task_overrides: {task!r} is "
+                       + ("given twice" if task in out else
+                          f"not a task of the sweep; valid choices: {', '.join(tasks)}"))
+    try:
+      out[task] = _flat_overrides(overrides)
+    except ValueError as e:
+      raise ValueError(f"sweep.task_overrides: the overrides of {task!r} {e}") from None
+  return out
+
+
+def _override(config: ml_collections.ConfigDict, variant: str, path: str, value,
+              who: str = "variant") -> None:
   """Sets one dotted setting of a job's config; ValueError for an unknown one."""
-  where = f"sweep: variant {variant!r} overrides {path!r}"
+  where = f"sweep: {who} {variant!r} overrides {path!r}"
   parts = path.split(".")
   if parts[0] in _NOT_OVERRIDABLE:
-    raise ValueError(f"{where}, which a variant may not set ({', '.join(_NOT_OVERRIDABLE)} "
+    raise ValueError(f"{where}, which a {who} may not set ({', '.join(_NOT_OVERRIDABLE)} "
                      "are the sweep's own)")
   node = config
   for i, part in enumerate(parts):
@@ -134,18 +162,22 @@ def make_jobs(config: ml_collections.ConfigDict, sweep_dir: str) -> list[Job]:
   """One job per (task, variant) of config.sweep, validated before anything runs.
 
   Variants are `sweep.encodings` and `sweep.variants` (see `variants`); a job's config
-  is the sweep's config with its task and its variant's overrides set, and its folder
+  is the sweep's config with its task, its task's overrides (`task_overrides`) and its
+  variant's overrides set, in that order, and its folder
   SWEEP_DIR/TASK/VARIANT.
   """
   from experiments import validation  # pylint: disable=import-outside-toplevel
 
   pairs = variants(config.sweep)
+  by_task = task_overrides(config.sweep)
   _job_outputs(config.to_dict())  # ValueError for an unknown name.
   jobs = []
   for task in config.sweep.tasks:
     for name, overrides in pairs:
       job_config = copy.deepcopy(config)
       job_config.task = task
+      for path, value in by_task.get(task, {}).items():
+        _override(job_config, task, path, value, who="task")
       for path, value in overrides.items():
         _override(job_config, name, path, value)
       try:

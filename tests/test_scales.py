@@ -12,7 +12,9 @@ import os
 import ml_collections
 import pytest
 
+import tasks
 from configs import scales
+from experiments import data
 from experiments import sweep
 from experiments import validation
 
@@ -58,6 +60,8 @@ def test_cpu_scale_resolves_to_the_protocol(name, tmp_path):
       assert n >= 12 and m >= 4 * n, job.name
     if name != "figure3":  # Figure 3 sweeps L itself, from just above the longest sequence.
       assert big_l >= 4 * m, job.name
+    # Every sequence the run samples positions for fits below L (else it stops at start).
+    assert big_l >= data.sequence_length(tasks.get(job.task), m), job.name
     assert (c["model"]["num_layers"], c["model"]["d_model"], c["model"]["num_heads"]) == (5, 64, 8)
     assert len(c["grid"]["seeds"]) >= 3 and len(set(c["grid"]["seeds"])) == len(c["grid"]["seeds"])
     assert c["training"]["steps"] == jobs[0].config["training"]["steps"]
@@ -74,3 +78,36 @@ def test_unknown_scale_is_one_line_naming_the_choices():
   for name in EXPERIMENTS:
     with pytest.raises(ValueError, match=r"unknown scale 'huge'; valid choices: full, small, cpu"):
       importlib.import_module(f"configs.{name}").get_config("scale=huge")
+
+
+def test_cpu_task_overrides_reach_only_their_task():
+  jobs = _jobs("table1", "cpu")
+  for job in jobs:
+    c = job.config
+    got = (c["training"]["max_length"], c["evaluation"]["max_length"], c["model"]["max_position"])
+    if job.task == "missing_duplicate_string":
+      assert got == (20, 80, 512), job.name
+    else:
+      assert got == (scales.CPU_MAX_LENGTH, scales.CPU_TEST_LENGTH, scales.CPU_MAX_POSITION)
+
+
+def test_task_overrides_come_before_variants_and_refuse_unknown_tasks():
+  config = importlib.import_module("configs.su").get_config("scale=small")
+  config.sweep.tasks = ("reverse_string", "odds_first")
+  config.sweep.encodings = ("relative",)
+  config.sweep.variants = (("L64", {"model.max_position": 64}),)
+  config.sweep.task_overrides = (("odds_first", {"model.max_position": 100,
+                                                 "training.max_length": 9}),)
+  got = {j.name: (j.config["model"]["max_position"], j.config["training"]["max_length"])
+         for j in sweep.make_jobs(config, "/SWEEP")}
+  assert got["odds_first/relative"] == (100, 9)
+  assert got["odds_first/L64"] == (64, 9)  # The variant's setting wins.
+  assert got["reverse_string/relative"] == (128, 8)
+  config.sweep.task_overrides = (("bucket_sort", {"model.max_position": 100}),)
+  with pytest.raises(ValueError, match=r"'bucket_sort' is not a task of the sweep; valid "
+                                       r"choices: reverse_string, odds_first"):
+    sweep.make_jobs(config, "/SWEEP")
+  config.sweep.task_overrides = (("odds_first", {"model.no_such": 1}),)
+  with pytest.raises(ValueError, match=r"task 'odds_first' overrides 'model.no_such', but "
+                                       r"the config has no setting model.no_such"):
+    sweep.make_jobs(config, "/SWEEP")
