@@ -26,7 +26,7 @@ ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": ROOT}
 def test_jobs_are_single_models_seed_major_and_validate(tmp_path):
   jobs = sweep.make_jobs(ito_sweep.get_config(), str(tmp_path))  # Validates every job.
   names = [job.variant for job in jobs]
-  encodings = ["2d_fixed", "learn-0.2", "learn-1.0", "learn-2.0", "randomized_2d", "nope",
+  encodings = ["learn-0.2", "learn-2.0", "learn-1.0", "2d_fixed", "randomized_2d", "nope",
                "1d_fixed"]
   assert names == [f"{e}-s{s}" for s in latin_square.SEEDS[:3] for e in encodings]
   for job in jobs:
