@@ -1433,9 +1433,9 @@ def paper_program_costs(encoding: str, train_lengths, eval_lengths) -> tuple:
 
 
 def paper_table2_hours() -> dict:
-  """Table 2 of the paper (experiments/data/paper_results.json): {(task, encoding): mean
+  """Table 2 of the paper (experiments/paper_numbers/paper_results.json): {(task, encoding): mean
   hours of one run on a V100}."""
-  path = os.path.join(_REPO, "experiments", "data", "paper_results.json")
+  path = os.path.join(_REPO, "experiments", "paper_numbers", "paper_results.json")
   with open(path) as f:
     hours = json.load(f)["table2_running_hours_mean_std"]["hours"]
   return {(t, e): v[0] for t, row in hours.items() for e, v in row.items()}

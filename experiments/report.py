@@ -46,7 +46,7 @@ A missing job (an unfinished sweep) is shown as a missing cell, never as zero.
 WORKDIR/curves.png, training loss and accuracy against the step and, when the run
 evaluates during training (evaluation.every_steps / every_epochs), those evaluations;
 a grid's models are a line each (more than 6: their mean and a min-max band).
-The published numbers come from experiments/data/paper_results.json, a copy of
+The published numbers come from experiments/paper_numbers/paper_results.json, a copy of
 the tables of Ruoss et al., "Randomized Positional Encodings Boost Length
 Generalization of Transformers", ACL 2023.
 """
@@ -62,7 +62,7 @@ import numpy as np
 
 from experiments import io_utils
 
-PAPER_RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
+PAPER_RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "paper_numbers",
                              "paper_results.json")
 MISSING = "–"
 

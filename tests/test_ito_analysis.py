@@ -121,8 +121,8 @@ def _pair(value):
 
 def test_paper_numbers_match_their_sources():
   paper = ito_report.load_paper()
-  # The copy of Tables 1, 2 and 6 that experiments/data/paper_results.json already holds.
-  with open(os.path.join(ROOT, "experiments", "data", "paper_results.json")) as f:
+  # The copy of Tables 1, 2 and 6 that experiments/paper_numbers/paper_results.json already holds.
+  with open(os.path.join(ROOT, "experiments", "paper_numbers", "paper_results.json")) as f:
     older = json.load(f)["latin_square_ito2024"]
   names = {"learned_init_0.2": "learn-0.2", "causal_nope": "c_nope"}
   for name, (mean, sd) in older["table1_validation_acc"].items():
