@@ -58,6 +58,7 @@ import json
 import os
 import sys
 
+from absl import flags
 import numpy as np
 
 from experiments import io_utils
@@ -1173,6 +1174,18 @@ def write_curves(run_dir: str, out_dir: str | None = None) -> dict:
   return {"path": path, "text": text}
 
 
+# The command line, at module level like experiments/train.py's: importing this module
+# defines them (no other module that defines these names is imported with it).
+_SWEEP_DIR = flags.DEFINE_string("sweep_dir", None, "Sweep folder.")
+_RUN_DIR = flags.DEFINE_string("run_dir", None, "A run's workdir: draws its curves "
+                               "(metrics.jsonl) into curves.png instead of a sweep report.")
+_OUT_DIR = flags.DEFINE_string("out_dir", None, "Output folder (default SWEEP_DIR/report; "
+                               "with --run_dir, RUN_DIR).")
+_KIND = flags.DEFINE_enum("kind", "auto", KINDS, "Which report: auto (the sweep config's "
+                          "sweep.report, else variants if the sweep has them, else paper), "
+                          "or one of the kinds by name.")
+
+
 def main(argv):
   del argv  # cli.parse_flags refuses extra arguments.
   from experiments import cli  # pylint: disable=import-outside-toplevel
@@ -1196,16 +1209,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from absl import flags  # pylint: disable=ungrouped-imports
-
   from experiments import cli  # pylint: disable=ungrouped-imports
 
-  _SWEEP_DIR = flags.DEFINE_string("sweep_dir", None, "Sweep folder.")
-  _RUN_DIR = flags.DEFINE_string("run_dir", None, "A run's workdir: draws its curves "
-                                 "(metrics.jsonl) into curves.png instead of a sweep report.")
-  _OUT_DIR = flags.DEFINE_string("out_dir", None, "Output folder (default SWEEP_DIR/report; "
-                                 "with --run_dir, RUN_DIR).")
-  _KIND = flags.DEFINE_enum("kind", "auto", KINDS, "Which report: auto (the sweep config's "
-                            "sweep.report, else variants if the sweep has them, else paper), "
-                            "or one of the kinds by name.")
   cli.run(main)
