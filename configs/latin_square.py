@@ -39,7 +39,7 @@ import math
 import ml_collections
 
 from configs import default
-from latin_square import data as lst
+from tasks.latin_square import data as lst
 
 # The seeds of the original's 15 runs per configuration (its README; SPEC-EXTENSIONS B4).
 SEEDS = (2235, 6312, 6068, 9742, 8880, 2197, 669, 6256, 3309, 2541, 8643, 7785, 195, 6914, 29)
@@ -83,7 +83,7 @@ def get_config(arg=None):
     raise ValueError(f"seeds={num_seeds}: the original has {len(SEEDS)} seeds")
 
   config = default.get_config()
-  config.task = "latin_square"  # experiments.data.DATASETS: shuffled epochs of 8,100.
+  config.task = "latin_square"  # tasks.datasets.DATASETS: shuffled epochs of 8,100.
   config.seed = SEEDS[0]  # Unused with grid.seeds set, but keeps the default workdir name apt.
   config.data_seed = 0  # The epoch orders, shared by every model of the grid.
 

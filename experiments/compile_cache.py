@@ -137,7 +137,7 @@ def summary() -> str:
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The project's folders: their files (code and data) are part of every executable's key.
-PROJECT_PACKAGES = ("randomized_pe", "experiments", "tasks", "latin_square", "configs")
+PROJECT_PACKAGES = ("randomized_pe", "experiments", "tasks", "configs")
 _LIBRARIES = ("jax", "jaxlib", "dm-haiku", "optax", "chex", "numpy", "ml_collections")
 # Settings that change what tracing produces.
 _TRACE_FLAGS = ("jax_enable_x64", "jax_default_matmul_precision", "jax_default_prng_impl",

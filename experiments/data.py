@@ -3,8 +3,8 @@
 Two kinds of data, one interface each, chosen in one place (`source(config)`):
   generated tasks (`tasks`)   a fresh batch per step, of one length drawn per step
                               (`GeneratedBatches`); evaluated over a range of lengths
-  fixed datasets (`DATASETS`) a training split read in shuffled epochs, the last partial
-                              batch kept (`EpochBatches`); evaluated on named splits
+  fixed datasets              a training split read in shuffled epochs, the last partial
+  (`tasks.datasets`)          batch kept (`EpochBatches`); evaluated on named splits
 Both give the training step the same batch: tokens [B, T], targets [B, O], mask [B, O]
 (outputs that count for accuracy), sequence_length [B] and output_length [B] (the true
 sizes, which padding keeps), and on a dataset's batches row_mask [B] (the real rows;
@@ -22,17 +22,15 @@ per example, O = 1), N examples of a split.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import queue
 import threading
-from typing import Callable, NamedTuple
 
 import jax
 import numpy as np
 
 import tasks as tasks_lib
-from randomized_pe import registry
+from tasks import datasets as datasets_lib
 
 _DATA = 0x646174  # Stream tag folded into the data seed.
 _EPOCH = 0x65706F  # Stream tag of the epoch orders of a dataset.
@@ -219,68 +217,12 @@ def data_for_step(task, config, step: int, shapes=None) -> dict[str, np.ndarray]
 
 
 # --------------------------------------------------------------------------
-# Fixed datasets.
+# Fixed datasets: defined in tasks/datasets.py beside the generated tasks, as every name
+# `config.task` accepts is; these names are theirs.
 
-
-class Examples(NamedTuple):
-  """The examples of one split of a dataset.
-
-  Attributes:
-    tokens: int32 [N, T].
-    answers: int32 [N], a class each (read at the last token).
-    groups: int32 [N], an index into the dataset's `group_names` (e.g. a condition).
-  """
-
-  tokens: np.ndarray
-  answers: np.ndarray
-  groups: np.ndarray
-
-
-@dataclasses.dataclass(frozen=True)
-class Dataset:
-  """A fixed dataset with named splits, read as it is (no empty token).
-
-  Attributes:
-    name: its name as `config.task`.
-    vocab_size: input ids; the model embeds [0, vocab_size).
-    output_size: answer classes.
-    sequence_length: T, the tokens of every example; the answer is read at the last one.
-    splits: split name -> Examples.
-    train_split: the split training reads.
-    group_names: groups the metrics are also given for (e.g. conditions).
-    accuracy: (correct [N], groups [N]) -> {"overall": a, group name: a, ...}, exact
-      means over examples.
-  """
-
-  name: str
-  vocab_size: int
-  output_size: int
-  sequence_length: int
-  splits: dict
-  train_split: str
-  group_names: tuple
-  accuracy: Callable[[np.ndarray, np.ndarray], dict]
-
-
-# name -> loader() -> Dataset (cached: loaded once per process).
-DATASETS: registry.Registry[Callable[[], Dataset]] = registry.Registry("dataset")
-
-
-@functools.lru_cache(maxsize=None)
-def _latin_square() -> Dataset:
-  """The Latin Square Task of Ito et al. 2024 in the original splits (latin_square/data.py)."""
-  from latin_square import data as lst  # pylint: disable=import-outside-toplevel
-
-  loaded = lst.load()
-  return Dataset(
-      name="latin_square", vocab_size=lst.VOCAB_SIZE, output_size=lst.NUM_SHAPES,
-      sequence_length=lst.NUM_CELLS,
-      splits={name: Examples(split.tokens, split.answers, split.conditions)
-              for name, split in loaded.splits().items()},
-      train_split="train", group_names=lst.CONDITIONS, accuracy=lst.accuracy_by_condition)
-
-
-DATASETS.register("latin_square", _latin_square)
+Examples = datasets_lib.Examples
+Dataset = datasets_lib.Dataset
+DATASETS = datasets_lib.DATASETS
 
 
 # --------------------------------------------------------------------------

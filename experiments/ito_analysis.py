@@ -682,7 +682,7 @@ def analyse(runs: Sequence[RunInfo], reference: str = REFERENCE, noise_sds=NOISE
             noise_draws: int = 1, noise_seed: int = 0, pairing: str = "all",
             log=print) -> tuple[dict, list]:
   """Every analysis over `runs`: (the JSON record, the evaluated Models)."""
-  from latin_square import data as lst  # pylint: disable=import-outside-toplevel
+  from tasks.latin_square import data as lst  # pylint: disable=import-outside-toplevel
 
   if pairing not in PAIRINGS:
     raise ValueError(f"unknown pairing {pairing!r}; valid choices: {', '.join(PAIRINGS)}")

@@ -8,7 +8,7 @@ Renders Tables 1-6 of the paper and the shorter-training values of SPEC-EXTENSIO
 B7.3a (epochs 200, 400, 4000), our mean ± SD over seeds (ddof 1, the models whose loss
 stayed finite; the number of seeds in brackets) next to theirs. A cell we do not have (no
 run of that encoding and optimizer, or not trained to that epoch) or the paper does not
-give is "–". The paper's numbers are latin_square/data/paper_results.json.
+give is "–". The paper's numbers are experiments/paper_numbers/ito2024_results.json.
 
 Where our numbers come from (a run is a workdir of experiments.train; runs are found as
 experiments.ito_analysis finds them, and named by encoding and optimizer the same way):
@@ -41,8 +41,8 @@ import numpy as np
 
 from experiments import ito_analysis
 
-PAPER_RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                             "latin_square", "data", "paper_results.json")
+PAPER_RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "paper_numbers",
+                             "ito2024_results.json")
 MISSING = "–"
 TABLE_EPOCH = 4000
 SHORT_EPOCHS = (200, 400, 4000)
@@ -55,7 +55,7 @@ def load_paper(path: str = PAPER_RESULTS) -> dict:
 
 
 def _train_puzzles() -> int:
-  from latin_square import data as lst  # pylint: disable=import-outside-toplevel
+  from tasks.latin_square import data as lst  # pylint: disable=import-outside-toplevel
   return len(lst.CONDITIONS) * lst.GENERATED_ROWS_PER_CONDITION - lst.HELDOUT_ROWS
 
 

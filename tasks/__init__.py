@@ -4,6 +4,10 @@
 Each task has `level`, `input_size`, `output_size`, `input_length(n)`,
 `output_length(n)`, `chance_accuracy`, `termination_token` and
 `sample_batch(key, batch_size, length)` -> {"input", "output", "mask"}.
+
+The other names `config.task` accepts, fixed datasets such as `latin_square`
+(`tasks/latin_square/`), are registered in `tasks.datasets.DATASETS`: every task name is
+defined in this folder.
 """
 
 from tasks.base import Task

@@ -132,7 +132,7 @@ def test_paper_numbers_match_their_sources():
   for name, mean in older["table6_weight_decay_0.1_validation_acc"].items():
     assert paper["table6"]["rows"][names.get(name, name)]["validation"][0] == mean
   # The people of the shipped file (SPEC-EXTENSIONS B6.4).
-  from latin_square import data as lst  # pylint: disable=import-outside-toplevel
+  from tasks.latin_square import data as lst  # pylint: disable=import-outside-toplevel
   human = lst.human_accuracy()
   conditions = lst.load().validation.conditions
   facts = paper["human_file"]

@@ -9,7 +9,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from latin_square import data
+from tasks.latin_square import data
 from randomized_pe import models
 from randomized_pe.models import ito
 

@@ -7,7 +7,7 @@ import shutil
 import numpy as np
 import pytest
 
-from latin_square import data
+from tasks.latin_square import data
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # SPEC-EXTENSIONS Appendix A: SHA-1 of the comma-joined sorted held-out indices.
@@ -28,7 +28,7 @@ def _latin_squares() -> np.ndarray:
 
 
 def test_data_ships_inside_the_repository():
-  assert data.DATA_DIR == REPO / "latin_square" / "data"
+  assert data.DATA_DIR == REPO / "tasks" / "latin_square" / "files"
   for name in [*data.GENERATED_FILES.values(), data.VALIDATION_FILE, data.HELDOUT_FILE,
                data.HUMAN_FILE, "LICENSE-LSTNN_public", "README.md"]:
     assert (data.DATA_DIR / name).is_file(), name

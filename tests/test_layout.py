@@ -44,3 +44,17 @@ def test_the_paper_numbers_are_where_the_report_reads_them():
   path = pathlib.Path(report.PAPER_RESULTS)
   assert path.is_file() and path.parent.name == "paper_numbers"
   assert "table1_max_over_seeds_and_lrs" in report.load_paper()
+
+
+def test_every_task_name_is_defined_in_tasks():
+  import tasks  # pylint: disable=import-outside-toplevel
+  from experiments import data  # pylint: disable=import-outside-toplevel
+  from tasks import datasets  # pylint: disable=import-outside-toplevel
+
+  # experiments/data.py reads the registry of tasks/ and registers nothing of its own.
+  assert data.DATASETS is datasets.DATASETS and data.Dataset is datasets.Dataset
+  assert "latin_square" in datasets.DATASETS.names()
+  for name in datasets.DATASETS.names():
+    assert datasets.DATASETS.get(name).__module__.startswith("tasks."), name
+  assert not set(tasks.NAMES) & set(datasets.DATASETS.names())
+  assert not ROOT.joinpath("latin_square").exists()

@@ -23,7 +23,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SKIP = shutil.ignore_patterns(".git", ".venv", "runs", "workdir*", ".pytest_cache", "build",
                               "dist", "*.egg-info", "__pycache__", "tests", "experiments",
-                              "docs", "configs", "tasks", "latin_square")
+                              "docs", "configs", "tasks")
 
 
 def _run(args, cwd, env=None, timeout=180):

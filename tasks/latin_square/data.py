@@ -5,7 +5,9 @@ A puzzle is a 4x4 grid read row-major into 16 tokens (cell t = 4 * row + col):
 stored as a class 0-3 (shape - 1). Every puzzle carries its condition (relational
 complexity): binary, ternary or quaternary (1-, 2-, 3-vector).
 
-Splits, exactly as the original training script (`../shared/SPEC-EXTENSIONS.md` B2):
+Splits, exactly as the original training script (`scripts/run_transformer.py` with
+`get_curriculum('All')` of `lstnn/curricula.py` in ljhearne/LSTNN_public; how the held-out
+rows were computed: `tasks/latin_square/files/README.md`):
   train       the 9,000 generated puzzles (binary, ternary, quaternary files concatenated
               in that order, rows 0-8999) minus the 900 held-out rows: 8,100
   test        the 900 held-out generated puzzles (300 per condition), in row order
@@ -14,9 +16,9 @@ Splits, exactly as the original training script (`../shared/SPEC-EXTENSIONS.md` 
 The split is fixed (it does not depend on any seed).
 
 Shapes: N puzzles, T = 16 cells. Nothing here needs JAX; arrays are numpy.
-The files live in `latin_square/data/` (README and licence there); every reader raises a
-one-line FileNotFoundError or ValueError that names the file when a file is missing or
-malformed.
+The files live in `tasks/latin_square/files/` (README and licence there); every reader
+raises a one-line FileNotFoundError or ValueError that names the file when a file is
+missing or malformed.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-DATA_DIR = pathlib.Path(__file__).resolve().parent / "data"
+DATA_DIR = pathlib.Path(__file__).resolve().parent / "files"
 
 CONDITIONS = ("binary", "ternary", "quaternary")
 GENERATED_FILES = {c: f"generated_puzzle_data_{c}_dist80.csv" for c in CONDITIONS}
@@ -231,7 +233,7 @@ def load(data_dir: Optional[PathLike] = None) -> LatinSquare:
   """The train (8,100), test (900) and validation (108) splits of the original protocol.
 
   Args:
-    data_dir: the folder of the files (default: the shipped `latin_square/data/`).
+    data_dir: the folder of the files (default: the shipped `tasks/latin_square/files/`).
 
   Raises:
     FileNotFoundError, ValueError: a missing or malformed file (one line naming it).
@@ -292,8 +294,9 @@ def accuracy_by_condition(correct: Sequence, conditions: np.ndarray) -> dict[str
   """Accuracy overall and per condition: {"overall", "binary", "ternary", "quaternary"}.
 
   Exact means over puzzles (a condition with no puzzles gives nan). The original
-  averaged per-batch accuracies on the 900 held-out puzzles, which over-weights the last
-  batch of 4 slightly (SPEC-EXTENSIONS B4); this is the plain per-puzzle mean.
+  averaged per-batch accuracies on the 900 held-out puzzles in batches of 128, which
+  over-weights the last batch of 4 slightly (docs/ito.md, "The original's protocol");
+  this is the plain per-puzzle mean.
 
   Args:
     correct: bool or 0/1 [N] per puzzle.
