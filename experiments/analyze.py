@@ -18,22 +18,20 @@ positions the model gets at evaluation (its evaluation sampler). Writes into FOL
                   reverse_string the anti-diagonal of the output-to-input block), entropy
                   and mean attended distance; per layer, how far the length-M activations
                   lie from the length-N cloud; the accuracy on the sequences
-and prints them. Attention weights are not returned by the model: the inputs and outputs
-of its attention modules and layer norms are captured with Haiku's
-`hk.experimental.intercept_methods`, and each layer's weights rebuilt from its captured
-input and parameters (`randomized_pe.probes.attention_weights`); the rebuilt output must
-equal the captured one (to 1e-4 of the output's scale) or the analysis fails.
+and prints them. The attention weights, the embeddings and every layer's output are the
+model's own: the encoder returns them with its logits when asked
+(`EncoderModel.apply(..., intermediates=True)`), in the forward pass the evaluator runs
+(`experiments.evaluation.predict_padded`).
 
 Exit codes: 0 done; 2 bad input (missing workdir, config or checkpoint, an unknown kind,
-a length the run or the model cannot take, a model or attention this tool cannot
-rebuild), one line on stderr before anything is compiled or written; 1 a failure (a
-damaged file, an operating-system error, a reconstruction that does not match).
+a length the run or the model cannot take, a model other than the encoder), one line on
+stderr before anything is compiled or written; 1 a failure (a damaged file, an
+operating-system error).
 """
 from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import sys
 from typing import Callable, Optional
 
@@ -42,19 +40,12 @@ import numpy as np
 from experiments import cli
 
 KINDS = ("attention", "pca", "all")
-# The rebuilt attention output may differ from the model's by this much, relative to the
-# largest output magnitude (at least 1): float32 rounding of the same sums in another order.
-RECONSTRUCTION_TOLERANCE = 1e-4
 OUT_FOLDER = "analysis"
 JSON_FILE = "analysis.json"
 
 
 class BadInput(ValueError):
   """Input the user can correct (exit code 2)."""
-
-
-class ReconstructionError(AssertionError):
-  """The rebuilt attention output differs from the module's own output."""
 
 
 # --------------------------------------------------------------------------
@@ -136,7 +127,6 @@ def prepare(workdir: str, kind: str = "all", length: Optional[int] = None,
   from experiments import data  # pylint: disable=import-outside-toplevel
   from experiments import steps  # pylint: disable=import-outside-toplevel
   from experiments import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
-  from randomized_pe import probes  # pylint: disable=import-outside-toplevel
   from randomized_pe.models import encoder  # pylint: disable=import-outside-toplevel
 
   if kind not in KINDS:
@@ -163,11 +153,6 @@ def prepare(workdir: str, kind: str = "all", length: Optional[int] = None,
   if not isinstance(model, encoder.EncoderModel):
     raise BadInput(f"the analysis takes the paper's encoder (model.name='encoder'), got "
                    f"model.name={config.model.name!r}")
-  if kind in ("attention", "all"):
-    try:
-      probes.check_softmax(model.config.family)
-    except ValueError as e:
-      raise BadInput(cli.one_line(e)) from None
 
   t, e = config.training, config.evaluation
   if length is None:
@@ -200,59 +185,7 @@ def prepare(workdir: str, kind: str = "all", length: Optional[int] = None,
 
 
 # --------------------------------------------------------------------------
-# Capturing and rebuilding.
-
-
-def capture(model, params, key, tokens, positions=None, key_mask=None):
-  """Applies the encoder and captures its attention modules and layer norms.
-
-  Args:
-    model: an `EncoderModel`; params: its (unstacked) parameters; key: dropout key (None
-      when no dropout runs); tokens: int [B, T]; positions, key_mask: as `model.apply`.
-
-  Returns:
-    (logits [B, T, O], {"attention": {layer: {"args": the module's call arguments by name
-    (x, positions, key_mask, num_queries, query_start, logit_scale), "output": [B, Tq, M]}},
-    "norms": {module name suffix, e.g. "ffn_norm_0": its output [B, T, M]}}).
-  """
-  import inspect  # pylint: disable=import-outside-toplevel
-
-  import haiku as hk  # pylint: disable=import-outside-toplevel
-  from randomized_pe.models import encoder  # pylint: disable=import-outside-toplevel
-
-  signature = inspect.signature(encoder.MultiHeadAttention.__call__)
-  captured = {"attention": {}, "norms": {}}
-
-  def interceptor(next_f, args, kwargs, context):
-    out = next_f(*args, **kwargs)
-    if context.method_name != "__call__":
-      return out
-    name = context.module.module_name.rsplit("/", 1)[-1]
-    if isinstance(context.module, encoder.MultiHeadAttention):
-      bound = signature.bind(context.module, *args, **kwargs)
-      bound.apply_defaults()
-      arguments = dict(bound.arguments)
-      del arguments["self"]
-      layer = int(re.fullmatch(r"attention_(\d+)", name).group(1))
-      captured["attention"][layer] = {"args": arguments, "output": out,
-                                      "module": context.module.module_name}
-    elif isinstance(context.module, hk.LayerNorm):
-      captured["norms"][name] = out
-    return out
-
-  with hk.experimental.intercept_methods(interceptor):
-    logits = model.apply(params, key, tokens, positions, is_training=False, key_mask=key_mask)
-  return logits, captured
-
-
-def layer_weights(params, module: str):
-  """The `probes.LayerWeights` of the attention module `module` (e.g. encoder/attention_0)."""
-  from randomized_pe import probes  # pylint: disable=import-outside-toplevel
-
-  return probes.LayerWeights(
-      query=params[f"{module}/query"]["w"], key=params[f"{module}/key"]["w"],
-      value=params[f"{module}/value"]["w"], output=params[f"{module}/output"]["w"],
-      family=dict(params.get(module, {})))
+# Probing: the model's own intermediates.
 
 
 def make_probe(model, attention: bool, activations: bool):
@@ -263,52 +196,37 @@ def make_probe(model, attention: bool, activations: bool):
   drawn for the true length with the evaluation sampler (padded, the first `length` equal
   the unpadded draw), so the numbers equal those of the unpadded sequences. targets/mask
   [B, O] are the outputs from `input_length` (padded outputs masked); source [P] the token
-  each query should read (-1: none; `expected_source`, padded with -1).
+  each query should read (-1: none; `expected_source`, padded with -1). The forward pass is
+  the evaluator's (`experiments.evaluation.predict_padded`), positions from the first and
+  dropout (where it runs at evaluation) from the second half of `jax.random.split(key)`,
+  with the model's intermediates (`EncoderModel.apply(..., intermediates=True)`).
 
   Returns (jit it): "accuracy" on the output tokens; with `activations`, "activations"
   [N + 1, B, P, M] (the embeddings as layer 0 sees them, then every layer's output); with
-  `attention`, "maps" [N, P, P] (per layer, the max over heads for the first sequence),
-  "stats" (`probes.attention_stats` over the real query rows, [N, H] each), and "error",
-  "scale" [N] (the largest difference between the rebuilt and the captured output of the
-  attention module, and the largest output). Host code crops the padding.
+  `attention`, "maps" [N, P, P] (per layer, the max over heads for the first sequence) and
+  "stats" (`probes.attention_stats` over the real query rows, [N, H] each). Host code crops
+  the padding.
   """
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
 
+  from experiments import evaluation  # pylint: disable=import-outside-toplevel
   from randomized_pe import probes  # pylint: disable=import-outside-toplevel
-
-  config = model.config
-  family, ctx = config.family, config.context
 
   def probe(params, key, tokens, targets, mask, length, input_length, source):
     pos_key, dropout_key = jax.random.split(key)
-    padded = tokens.shape[1]
-    real = jnp.arange(padded) < length  # [P]
-    positions = model.sample_positions(pos_key, length, padded_length=padded, evaluation=True)
-    logits, captured = capture(model, params, dropout_key, tokens, positions,
-                               jnp.broadcast_to(real[None, :], tokens.shape))
-    index = jnp.minimum(input_length + jnp.arange(targets.shape[1]), padded - 1)
-    correct = (jnp.argmax(logits[:, index], axis=-1) == targets) & mask
+    real = jnp.arange(tokens.shape[1]) < length  # [P]
+    predictions, intermediates = evaluation.predict_padded(
+        model, params, pos_key, dropout_key, tokens, length, input_length, targets.shape[1],
+        intermediates=True)
+    correct = (predictions == targets) & mask
     out = {"accuracy": jnp.sum(correct) / jnp.maximum(jnp.sum(mask), 1)}
-    layers = sorted(captured["attention"])
     if activations:
-      out["activations"] = jnp.stack([captured["attention"][0]["args"]["x"]] + [
-          captured["norms"][f"ffn_norm_{layer}"] for layer in layers])
+      out["activations"] = jnp.stack([intermediates.embeddings, *intermediates.layers])
     if attention:
-      maps, errors, scales, stats = [], [], [], []
-      for layer in layers:
-        call = captured["attention"][layer]
-        a = call["args"]
-        weights, rebuilt = probes.attention_weights(
-            a["x"], layer_weights(params, call["module"]), family, ctx, a["positions"],
-            key_mask=a["key_mask"], logit_scale=a["logit_scale"],
-            scale_bias=config.log_n_scale_bias, num_queries=a["num_queries"],
-            query_start=a["query_start"])
-        maps.append(jnp.max(weights[0], axis=0))
-        errors.append(jnp.max(jnp.abs(rebuilt - call["output"])))
-        scales.append(jnp.max(jnp.abs(call["output"])))
-        stats.append(probes.attention_stats(weights, source, real))
-      out.update(maps=jnp.stack(maps), error=jnp.stack(errors), scale=jnp.stack(scales),
+      weights = intermediates.attention  # Per layer [B, H, P, P].
+      stats = [probes.attention_stats(w, source, real) for w in weights]
+      out.update(maps=jnp.stack([jnp.max(w[0], axis=0) for w in weights]),
                  stats={name: jnp.stack([s[name] for s in stats]) for name in stats[0]})
     return out
 
@@ -334,18 +252,6 @@ def probe_inputs(task, n: int, num_sequences: int, seed: int, padded_tokens: int
     source[:length] = expected
   return (batch["tokens"], batch["targets"], batch["mask"], np.int32(length),
           np.int32(input_length), source)
-
-
-def check_reconstruction(errors, scales, length: int) -> float:
-  """The largest relative error; raises ReconstructionError above the tolerance."""
-  relative = np.asarray(errors) / np.maximum(1.0, np.asarray(scales))
-  worst = int(np.argmax(relative))
-  if not relative[worst] <= RECONSTRUCTION_TOLERANCE:
-    raise ReconstructionError(
-        f"the rebuilt attention of layer {worst} differs from the model's output by "
-        f"{errors[worst]:.3g} (outputs up to {scales[worst]:.3g}) at length {length}; "
-        f"tolerance {RECONSTRUCTION_TOLERANCE:g} of the output scale")
-  return float(np.max(relative))
 
 
 # --------------------------------------------------------------------------
@@ -430,31 +336,6 @@ def pca_numbers(inside: np.ndarray, beyond: np.ndarray):
   return fit, numbers, (probes.project(fit, inside), probes.project(fit, beyond))
 
 
-def restore_state(run: Run):
-  """The stacked TrainState [M, ...] of the run's newest readable checkpoint.
-
-  What `experiments.loop.restore_state` returns, but with an abstract target
-  (`jax.eval_shape` of the initial state) instead of a computed one: nothing compiles
-  (compiling the initialisation took several seconds for a 1-layer model).
-  """
-  import jax  # pylint: disable=import-outside-toplevel
-
-  from experiments import checkpoints  # pylint: disable=import-outside-toplevel
-  from experiments import data  # pylint: disable=import-outside-toplevel
-  from experiments import steps  # pylint: disable=import-outside-toplevel
-
-  target = jax.eval_shape(lambda: steps.init_grid(run.model, run.config, run.members,
-                                                  data.example_tokens(run.task)))
-  store = checkpoints.Checkpoints(os.path.abspath(run.workdir))
-  try:
-    restored = store.restore_latest(target)
-  finally:
-    store.close()
-  if restored is None:
-    raise FileNotFoundError(f"no readable checkpoint in {store.folder}")
-  return restored[1]
-
-
 def run_analysis(run: Run, progress: Callable[[str], None] = lambda s: None) -> dict:
   """Restores the run's newest checkpoint, probes it at both lengths, writes the figures and
   analysis.json into run.out, and returns the JSON's content."""
@@ -462,12 +343,12 @@ def run_analysis(run: Run, progress: Callable[[str], None] = lambda s: None) -> 
 
   from experiments import data  # pylint: disable=import-outside-toplevel
   from experiments import io_utils  # pylint: disable=import-outside-toplevel
+  from experiments import trained_run  # pylint: disable=import-outside-toplevel
   attention = run.kind in ("attention", "all")
   activations = run.kind in ("pca", "all")
-  state = restore_state(run)
-  # Indexed on the host: an index per parameter shape would each compile a program.
-  params = jax.tree_util.tree_map(lambda p: np.asarray(p)[run.member], state.params)
-  step = int(np.asarray(state.step)[run.member])
+  restored = trained_run.restore_run(run.workdir)
+  params = restored.params(run.member)
+  step = int(np.asarray(restored.state.step)[run.member])
   lengths = {"training": run.length, "beyond": run.beyond_length}
   seed, rate = run.members[run.member]
   result = {
@@ -500,8 +381,6 @@ def run_analysis(run: Run, progress: Callable[[str], None] = lambda s: None) -> 
   title = (f"{run.config.task}, {run.config.model.pe} ({run.config.model.compat}), step {step}"
            + (f", model {run.member}" if len(run.members) > 1 else ""))
   if attention:
-    worst = max(check_reconstruction(probes_out[w]["error"], probes_out[w]["scale"], n)
-                for w, n in lengths.items())
     entry = EXPECTED_SOURCES.get(run.task.name)
     layers = []
     for layer in range(run.model.config.num_layers):
@@ -518,9 +397,7 @@ def run_analysis(run: Run, progress: Callable[[str], None] = lambda s: None) -> 
                    {n: run.task.input_length(n) for n in lengths.values()}, path,
                    f"{title}\nmax over heads of the attention weights (first sequence)")
     result["attention"] = {
-        "figure": path, "expected_source": entry[0] if entry else None,
-        "reconstruction_error": worst, "tolerance": RECONSTRUCTION_TOLERANCE,
-        "layers": layers}
+        "figure": path, "expected_source": entry[0] if entry else None, "layers": layers}
   if activations:
     names = ["embeddings"] + [f"layer {i}" for i in range(run.model.config.num_layers)]
     panels, numbers = [], []
@@ -564,7 +441,7 @@ def summary(result: dict) -> str:
               for w in ("training", "beyond")]
       rows.append(row)
     lines.append("attention" + (f" (source mass: max over heads; {source})" if source else "")
-                 + f"; rebuilt to {a['reconstruction_error']:.1e} of the output scale:")
+                 + ":")
     lines.append(_markdown(head, rows))
   if "pca" in result:
     head = ["activations", "nearest training point / spread", "centroid shift / spread",
@@ -638,7 +515,7 @@ def main(argv) -> None:
         flush=True)
   try:
     result = run_analysis(run)
-  except (ReconstructionError, io_utils.CorruptFileError, checkpoints.StorageError,
+  except (io_utils.CorruptFileError, checkpoints.StorageError,
           FileNotFoundError, OSError) as e:
     cli.fail(cli.one_line(e), cli.EXIT_FAILED)
   print(summary(result))

@@ -30,6 +30,42 @@ from experiments import data
 from experiments import results
 
 
+def predict_padded(model, params, pos_key, dropout_key, tokens, seq_len, in_len,
+                   out_len: int, chunk_index=None, *, intermediates: bool = False):
+  """Predicted output tokens of sequences padded to one shape: the forward pass of range
+  evaluation (`RangeEvaluator`), which the analyses share (`experiments.analyze`).
+
+  Args:
+    model: a model (protocol of `randomized_pe.models`).
+    params: its parameters (unstacked).
+    pos_key: positions come from the model's evaluation sampler with this key, drawn for
+      the true length `seq_len` and padded to the tokens' length (the first `seq_len`
+      equal the unpadded draw).
+    dropout_key: the key of dropout where the model keeps it at evaluation; with
+      `chunk_index`, the chunk's index is folded into it.
+    tokens: int [C, T], `seq_len` real tokens per row (may be traced), padded keys masked.
+    in_len: the first output token (may be traced); out_len: O, the outputs read.
+    intermediates: also return the model's intermediates (`apply(..., intermediates=True)`,
+      e.g. the encoder's attention weights); the predictions are the same.
+
+  Returns:
+    int [C, O] predicted outputs (positions past T read the last token; mask them);
+    with intermediates, (those, the model's intermediates).
+  """
+  padded = tokens.shape[1]
+  positions = model.sample_positions(pos_key, seq_len, padded_length=padded, evaluation=True)
+  key_mask = jnp.broadcast_to(jnp.arange(padded)[None, :] < seq_len, tokens.shape)
+  if chunk_index is not None:
+    dropout_key = jax.random.fold_in(dropout_key, chunk_index)
+  extra = {"intermediates": True} if intermediates else {}
+  out = model.apply(params, dropout_key, tokens, positions, is_training=False,
+                    key_mask=key_mask, **extra)
+  logits, inner = out if intermediates else (out, None)
+  index = jnp.minimum(in_len + jnp.arange(out_len), padded - 1)
+  predictions = jnp.argmax(logits[:, index], axis=-1)  # [C, O]
+  return (predictions, inner) if intermediates else predictions
+
+
 @dataclasses.dataclass
 class RangeEvaluator:
   """Evaluates a model (protocol of `randomized_pe.models`) over a range of lengths.
@@ -63,15 +99,9 @@ class RangeEvaluator:
   def _chunk(self, params, key, chunk_index, tokens, targets, mask, in_len, seq_len):
     """Correct and counted output tokens of one chunk: tokens [C, T], targets/mask [C, O]."""
     self.traces += 1
-    padded, out_padded = tokens.shape[1], targets.shape[1]
     pos_key, dropout_key = jax.random.split(key)
-    positions = self.model.sample_positions(pos_key, seq_len, padded_length=padded,
-                                            evaluation=True)
-    key_mask = jnp.broadcast_to(jnp.arange(padded)[None, :] < seq_len, tokens.shape)
-    logits = self.model.apply(params, jax.random.fold_in(dropout_key, chunk_index), tokens,
-                              positions, is_training=False, key_mask=key_mask)
-    index = jnp.minimum(in_len + jnp.arange(out_padded), padded - 1)
-    predictions = jnp.argmax(logits[:, index], axis=-1)  # [C, O]
+    predictions = predict_padded(self.model, params, pos_key, dropout_key, tokens, seq_len,
+                                 in_len, targets.shape[1], chunk_index)  # [C, O]
     correct = (predictions == targets) & mask
     return jnp.sum(correct), jnp.sum(mask)
 
@@ -145,6 +175,38 @@ class RangeEvaluator:
     return {"lengths": lengths, "accuracy": accuracy, "buckets": buckets}
 
 
+def split_key(seed: int, dataset, split: str) -> jax.Array:
+  """The key of a split's evaluation (`SplitEvaluator`): fold_in(PRNGKey(seed + 1), the
+  split's index in the dataset)."""
+  return jax.random.fold_in(jax.random.PRNGKey(seed + 1), list(dataset.splits).index(split))
+
+
+def split_positions(model, key, length: int) -> jax.Array:
+  """The positions every chunk of a split evaluated with `key` (`split_key`) gets: one draw
+  of the model's evaluation sampler."""
+  return model.sample_positions(jax.random.split(key)[0], length, evaluation=True)
+
+
+def predict_classes(model, params, key, chunk_index, tokens, **apply_kwargs):
+  """Predicted classes [C] of one chunk of a split's examples, tokens [C, T]: the forward
+  pass of `SplitEvaluator`, which the analyses share (`experiments.ito_analysis`).
+
+  Positions from the first half of `jax.random.split(key)` (`split_positions`), dropout
+  (where the model keeps it at evaluation) from the second with the chunk's index folded
+  in; the class is read at the last token. `apply_kwargs` go to the model's `apply`: with
+  intermediates=True it returns (logits, intermediates), and so does this, (classes, the
+  model's intermediates); the classes are the same.
+  """
+  pos_key, dropout_key = jax.random.split(key)
+  positions = model.sample_positions(pos_key, tokens.shape[1], evaluation=True)
+  out = model.apply(params, jax.random.fold_in(dropout_key, chunk_index), tokens,
+                    positions, is_training=False, num_outputs=1, **apply_kwargs)  # [C, 1, K]
+  if not apply_kwargs.get("intermediates"):
+    return jnp.argmax(out[:, 0], axis=-1)
+  logits, inner = out
+  return jnp.argmax(logits[:, 0], axis=-1), inner
+
+
 @dataclasses.dataclass
 class SplitEvaluator:
   """Accuracy of a model on the splits of a dataset, overall and per group.
@@ -183,11 +245,7 @@ class SplitEvaluator:
   def _chunk(self, params, key, chunk_index, tokens):
     """Predicted classes [C] of one chunk of examples, tokens [C, T]."""
     self.traces += 1
-    pos_key, dropout_key = jax.random.split(key)
-    positions = self.model.sample_positions(pos_key, tokens.shape[1], evaluation=True)
-    logits = self.model.apply(params, jax.random.fold_in(dropout_key, chunk_index), tokens,
-                              positions, is_training=False, num_outputs=1)  # [C, 1, K]
-    return jnp.argmax(logits[:, 0], axis=-1)
+    return predict_classes(self.model, params, key, chunk_index, tokens)
 
   def predictions(self, params, split: str, seed: int) -> np.ndarray:
     """Predicted classes of every example of `split`: int [N] (stacked: [M, N])."""
@@ -197,7 +255,7 @@ class SplitEvaluator:
     if self.batch_sharding is not None:
       devices = self.batch_sharding.mesh.size
       chunk = max(devices, chunk // devices * devices)
-    key = jax.random.fold_in(jax.random.PRNGKey(seed + 1), list(self.dataset.splits).index(split))
+    key = split_key(seed, self.dataset, split)
     outputs = []
     for c in range(-(-count // chunk)):
       rows = np.arange(c * chunk, min(count, (c + 1) * chunk))

@@ -1,14 +1,9 @@
 """What a trained model attends to and where its activations lie (pure JAX/numpy, no Haiku).
 
 The pieces of `python -m experiments.analyze` (docs/analyze.md) that do not depend on a
-framework:
+framework. The attention weights and activations themselves are the model's own
+(`EncoderModel.apply(..., intermediates=True)`); this module turns them into numbers:
 
-  attention_weights(x, weights, family, ctx, positions, ...)
-      one layer's attention weights rebuilt from its input and parameters, the way
-      `randomized_pe.models.encoder.MultiHeadAttention` computes them (the family's
-      scorer and bias, `attention.attention_logits`, a softmax over the unmasked keys or
-      the family's own normalisation, `families.weights_fn`),
-      and the layer's output from them, to check against the output the model produced
   attention_stats(weights, expected_source)
       numbers a picture of attention claims: the mass on the key each query should read
       (for reverse_string the anti-diagonal of the output-to-input block), the entropy and
@@ -17,140 +12,16 @@ framework:
       a 2-D PCA fitted on training-range activations only, and how far other activations
       lie from that training cloud
 
-A family that sets a `Family` field this module does not know (a new way to compute
-attention) is refused by `check_softmax` with one line naming the supported ones.
-
-Shapes: B batch, T queries, S keys, H heads, D head size, M d_model, N points.
+Shapes: B batch, T queries, S keys, H heads, N points, M features.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Mapping, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-from randomized_pe import attention as attn_lib
-from randomized_pe import families as families_lib
-
-# The fields a Family had when this module was written: their meaning is known here. Any
-# other field that a family sets away from its default (a hook of its own normalisation,
-# say) may change how attention weights arise, which this module cannot know.
-_KNOWN_FAMILY_FIELDS = frozenset({
-    "name", "acts", "term", "scorer", "bias", "params", "settings", "floats", "per_axis",
-    "randomized_twin", "release_offsets", "release_per_layer", "description", "normalize",
-    "reads_input"})
-# Values of an unknown field that mean "a softmax, as before".
-_SOFTMAX_VALUES = (None, "softmax")
-
-
-def unsupported_fields(family: families_lib.Family) -> dict[str, Any]:
-  """{field: value} of the fields this module does not know that `family` sets.
-
-  A field at its declared default, None, or "softmax" counts as not set.
-  """
-  out = {}
-  for field in dataclasses.fields(family):
-    if field.name in _KNOWN_FAMILY_FIELDS:
-      continue
-    value = getattr(family, field.name)
-    default = (field.default if field.default is not dataclasses.MISSING
-               else field.default_factory() if field.default_factory is not dataclasses.MISSING
-               else dataclasses.MISSING)
-    if isinstance(value, str) or value is None:
-      if value in _SOFTMAX_VALUES:
-        continue
-    if default is not dataclasses.MISSING:
-      try:
-        if value is default or value == default:
-          continue
-      except Exception:  # pylint: disable=broad-except  (arrays compare elementwise)
-        pass
-    out[field.name] = value
-  return out
-
-
-def supported_families() -> tuple[str, ...]:
-  """Registered families whose attention weights are a softmax of their logits."""
-  return tuple(f.name for f in families_lib.FAMILIES if not unsupported_fields(f))
-
-
-def check_softmax(family: families_lib.Family) -> None:
-  """Raises a one-line ValueError if `family` normalises attention other than by a softmax."""
-  fields = unsupported_fields(family)
-  if fields:
-    what = ", ".join(f"{k}={getattr(v, '__name__', v)}" for k, v in fields.items())
-    raise ValueError(
-        f"cannot rebuild the attention weights of family {family.name!r}: it sets {what}, "
-        f"which the softmax rebuild does not apply (a normalisation or scorer input of its "
-        f"own); supported families: {', '.join(supported_families())}")
-
-
-class LayerWeights(NamedTuple):
-  """One attention layer's parameters.
-
-  query, key, value: [M, H * D]; output: [H * D, M]; family: the family's own
-  parameters (`Family.params`), e.g. the relative kernel and biases ({} for none).
-  """
-
-  query: jax.Array
-  key: jax.Array
-  value: jax.Array
-  output: jax.Array
-  family: Mapping[str, jax.Array]
-
-
-def attention_weights(x: jax.Array, weights: LayerWeights, family: families_lib.Family,
-                      ctx: families_lib.Context, positions: jax.Array, *,
-                      key_mask: Optional[jax.Array] = None,
-                      logit_scale: Optional[jax.Array] = None, scale_bias: bool = False,
-                      num_queries: Optional[int] = None, query_start=None):
-  """One layer's attention weights and output, as the encoder's MultiHeadAttention computes them.
-
-  Args:
-    x: [B, S, M] the layer's input (every position answers as a key).
-    weights: the layer's parameters.
-    family: the encoding family (its scorer and bias give the logits of attention families;
-      other families attend by scaled dot products).
-    ctx: the family's context (`EncoderConfig.context`).
-    positions: the positions the layer saw ([S], or [S, k] per axis).
-    key_mask: optional bool [B, S]; False keys get no weight.
-    logit_scale, scale_bias: log-n scaling as in `attention.attention_logits`.
-    num_queries, query_start: only these query rows (default all S, from 0).
-
-  Returns:
-    (weights [B, H, T, S] summing to 1 over the unmasked keys,
-     output [B, T, M] = (weights @ v) projected by the output weights).
-
-  Raises:
-    ValueError: a family with a normalisation of its own (`check_softmax`).
-  """
-  check_softmax(family)  # Fields added to Family since this was written must be known.
-  batch, length, _ = x.shape
-  num_queries = length if num_queries is None else num_queries
-  query_start = length - num_queries if query_start is None else query_start
-  heads, head_size = ctx.num_heads, ctx.head_size
-  q = families_lib.query_rows(x, query_start, num_queries, axis=1) @ weights.query
-  k, v = x @ weights.key, x @ weights.value
-  q, k, v = (y.reshape(batch, y.shape[1], heads, head_size) for y in (q, k, v))  # [B, ., H, D]
-  score, bias, weights_fn, query_input = attn_lib.dot_scores, None, None, None
-  if family.acts == "attention":
-    params = dict(weights.family)
-    score = family.scorer(positions, params, ctx, q.shape, query_start)
-    if family.bias is not None:
-      bias = family.bias(positions, params, ctx, q.shape, query_start)
-    # A softmax unless the family normalises on its own (geometric attention).
-    weights_fn = families_lib.weights_fn(family, positions, params, ctx, q.shape, query_start)
-    if family.reads_input:  # The scorer also reads the layer input at the query rows.
-      query_input = families_lib.query_rows(x, query_start, num_queries, axis=1)
-  logits = attn_lib.attention_logits(q, k, score, bias, logit_scale, scale_bias,
-                                     query_input=query_input)  # [B, H, T, S]
-  probabilities = attn_lib.attention_weights(logits, key_mask, weights_fn)
-  out = jnp.einsum("bhts,bshd->bthd", probabilities, v).reshape(batch, num_queries,
-                                                                  heads * head_size)
-  return probabilities, out @ weights.output
 
 
 def attention_stats(weights: jax.Array, expected_source=None, query_mask=None,

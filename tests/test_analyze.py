@@ -13,7 +13,6 @@ import randomized_pe as rpe
 import tasks
 from experiments import analyze
 from experiments import loop
-from randomized_pe import families
 from randomized_pe import probes
 from tests.test_training import tiny_config
 
@@ -109,73 +108,160 @@ def test_forced_reversal_model_gives_anti_diagonal_one():
   np.testing.assert_allclose(mass, [1.0, 1 / t], atol=1e-6)
   assert out["maps"].shape == (1, t, t)
   np.testing.assert_allclose(out["maps"][0][np.arange(n, t), source[n:]], 1.0, atol=1e-6)
-  assert analyze.check_reconstruction(out["error"], out["scale"], n) < 1e-5
-  with pytest.raises(analyze.ReconstructionError, match="layer 1 differs"):
-    analyze.check_reconstruction([0.0, 3e-4], [0.5, 2.0], n)  # 1.5e-4 of the scale: too far.
-  analyze.check_reconstruction([0.0, 1.9e-4], [0.5, 2.0], n)  # 0.95e-4: within.
   assert out["activations"].shape == (2, 2, t, 16)  # Embeddings and the layer's output.
 
 
 # --------------------------------------------------------------------------
-# The reconstruction of attention weights.
+# The weights and activations the model returns (EncoderModel.apply(intermediates=True)).
+
+
+def _softmax(logits, key_mask):
+  logits = np.where(key_mask[:, None, None, :], logits, -np.inf)
+  e = np.exp(logits - logits.max(-1, keepdims=True))
+  return e / e.sum(-1, keepdims=True)
+
+
+def _sinusoid(distances, dim, max_timescale):
+  """Sin/cos of distances [...] in `dim` features: sines first, w_i = L^(-2i/dim)."""
+  rates = max_timescale ** (-2.0 * np.arange(dim // 2) / dim)
+  angles = distances[..., None] * rates
+  return np.concatenate([np.sin(angles), np.cos(angles)], axis=-1)
+
+
+def _returned(model, tokens, key_mask, seed=1):
+  """(params, positions, logits, logits with intermediates, intermediates), float64."""
+  @jax.jit
+  def run(key):
+    params = model.init(key, tokens)
+    positions = model.sample_positions(jax.random.fold_in(key, 1), tokens.shape[1],
+                                       evaluation=True)
+    plain = model.apply(params, None, tokens, positions, key_mask=key_mask)
+    logits, inner = model.apply(params, None, tokens, positions, key_mask=key_mask,
+                                intermediates=True)
+    return params, positions, plain, logits, inner
+
+  params, positions, plain, logits, inner = jax.device_get(run(jax.random.PRNGKey(seed)))
+  as64 = lambda tree: jax.tree_util.tree_map(lambda a: np.asarray(a, np.float64), tree)  # pylint: disable=unnecessary-lambda-assignment
+  return as64(params), np.asarray(positions), plain, logits, as64(inner)
+
+
+_TOKENS = np.random.default_rng(0).integers(0, 3, (3, 7)).astype(np.int32)
+_KEY_MASK = np.arange(7)[None, :] < np.array([7, 5, 2])[:, None]  # Padded rows.
+
+
+def _projected(params, layer, x, heads, head_size, name):
+  """x [B, T, M] through the layer's `name` weights: [B, T, H, D]."""
+  return (x @ params[f"encoder/attention_{layer}/{name}"]["w"]).reshape(
+      *x.shape[:2], heads, head_size)
+
+
+@pytest.mark.parametrize("pe", ["learned", "sin_cos"])
+def test_returned_weights_of_a_dot_product_encoding_are_softmax_of_q_k(pe):
+  """Additive encodings attend by softmax(q k^T / sqrt(D)) over the unmasked keys: computed
+  here in float64 from the returned embeddings and the query/key weights."""
+  model = _tiny_encoder(pe)
+  params, _, _, _, inner = _returned(model, _TOKENS, _KEY_MASK)
+  heads, head_size = model.config.num_heads, model.config.head_size
+  x = inner.embeddings  # [B, T, M], the input of layer 0.
+  q, k = (_projected(params, 0, x, heads, head_size, n) for n in ("query", "key"))
+  expected = _softmax(np.einsum("bthd,bshd->bhts", q, k) / math.sqrt(head_size), _KEY_MASK)
+  [weights] = inner.attention
+  assert weights.shape == (3, heads, 7, 7)
+  np.testing.assert_allclose(weights, expected, atol=2e-6, rtol=0)
+  assert np.all(weights[~np.broadcast_to(_KEY_MASK[:, None, None, :], weights.shape)] == 0.0)
+
+
+def test_returned_weights_of_relative_are_transformer_xl_softmax():
+  """Transformer-XL: logits (q + u) k / sqrt(D) + (q + v) R(p_j - p_i) / sqrt(D), R the
+  relative kernel applied to the sinusoid of the distance between the sampled positions."""
+  model = _tiny_encoder("randomized_relative", max_timescale=10.0)
+  params, positions, _, _, inner = _returned(model, _TOKENS, _KEY_MASK)
+  heads, head_size = model.config.num_heads, model.config.head_size
+  assert len(set(positions.tolist())) == 7 and positions[-1] > 7  # Random, distinct.
+  x = inner.embeddings
+  block = params["encoder/attention_0"]
+  q, k = (_projected(params, 0, x, heads, head_size, n) for n in ("query", "key"))
+  kernel = block["relative_kernel"].reshape(-1, heads, head_size)  # [R, H, D]
+  distance = (positions[None, :] - positions[:, None]).astype(np.float64)  # [i, j]: p_j - p_i
+  table = np.einsum("tsr,rhd->tshd", _sinusoid(distance, kernel.shape[0], 10.0), kernel)
+  scale = 1.0 / math.sqrt(head_size)
+  content = np.einsum("bthd,bshd->bhts", (q + block["content_bias"]) * scale, k)
+  logits = content + np.einsum("bthd,tshd->bhts", (q + block["relative_bias"]) * scale, table)
+  [weights] = inner.attention
+  np.testing.assert_allclose(weights, _softmax(logits, _KEY_MASK), atol=2e-6, rtol=0)
+  # The relative term matters here: without it the weights are far from the model's.
+  assert np.max(np.abs(weights - _softmax(content, _KEY_MASK))) > 1e-3
+
+
+def _layer_norm(x, params):
+  mean = x.mean(-1, keepdims=True)
+  variance = ((x - mean) ** 2).mean(-1, keepdims=True)
+  return (x - mean) / np.sqrt(variance + 1e-5) * params["scale"] + params["offset"]
+
+
+def _layer_from_weights(params, layer, x, weights):
+  """A post-LN block's output from its input x [B, T, M] and attention weights [B, H, Tq, T]:
+  (weights @ v) W_o, layer norm, feed-forward, layer norm (the last Tq rows of x)."""
+  p = lambda name: params[f"encoder/{name}_{layer}"]  # pylint: disable=unnecessary-lambda-assignment
+  batch, length, _ = x.shape
+  heads, num_queries = weights.shape[1], weights.shape[2]
+  v = (x @ params[f"encoder/attention_{layer}/value"]["w"]).reshape(batch, length, heads, -1)
+  attended = np.einsum("bhts,bshd->bthd", weights, v).reshape(batch, num_queries, -1)
+  u = _layer_norm(x[:, length - num_queries:]
+                  + attended @ params[f"encoder/attention_{layer}/output"]["w"],
+                  p("attention_norm"))
+  hidden = np.maximum(u @ p("ffn_in")["w"] + p("ffn_in")["b"], 0.0)
+  return _layer_norm(u + hidden @ p("ffn_out")["w"] + p("ffn_out")["b"], p("ffn_norm"))
 
 
 @pytest.mark.parametrize("pe, settings", [
     ("alibi", dict(log_n_scaling=True, log_n_reference=4, log_n_scale_bias=True)),
     ("randomized_relative", dict(compat="release")),  # Positions drawn per layer.
     ("randomized_geometric", {}),  # Its own normalisation; its scorer reads the input.
+    ("rope", {}),
 ])
-def test_reconstruction_reproduces_module_output(pe, settings):
-  """Weights @ v projected by the output weights equal the module's output to 1e-5 (float32;
-  the tool asserts 1e-4 of the output scale)."""
-  model = _tiny_encoder(pe, **settings)
-  config = model.config
-  tokens = np.random.default_rng(0).integers(0, 3, (3, 7)).astype(np.int32)
-  key_mask = np.arange(7)[None, :] < np.array([7, 5, 2])[:, None]  # Padded rows.
+def test_returned_weights_are_the_ones_the_layers_applied(pe, settings):
+  """Every layer's returned output equals the block recomputed (float64) from its input and
+  the returned attention weights: the weights are the ones the model applied, whatever the
+  family computes. Rows sum to 1 over the unmasked keys; the logits are unchanged."""
+  config = dataclasses.replace(_tiny_encoder(pe, **settings).config, num_layers=2)
+  model = rpe.EncoderModel(config, output_size=2)
+  params, _, plain, logits, inner = _returned(model, _TOKENS, _KEY_MASK)
+  np.testing.assert_allclose(logits, plain, atol=1e-6, rtol=0)
+  assert len(inner.attention) == len(inner.layers) == 2
+  x = inner.embeddings
+  for layer, (weights, output) in enumerate(zip(inner.attention, inner.layers)):
+    np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-6)
+    assert np.all(weights[np.broadcast_to(~_KEY_MASK[:, None, None, :], weights.shape)] == 0.0)
+    np.testing.assert_allclose(_layer_from_weights(params, layer, x, weights), output,
+                               atol=2e-5, rtol=0)
+    x = output
+  # Other weights do not pass: uniform attention over the unmasked keys.
+  uniform = np.broadcast_to(_KEY_MASK[:, None, None, :] / _KEY_MASK.sum(-1)[:, None, None, None],
+                            inner.attention[0].shape)
+  assert np.max(np.abs(_layer_from_weights(params, 0, inner.embeddings, uniform)
+                       - inner.layers[0])) > 1e-3
+
+
+def test_intermediates_with_num_outputs_are_the_last_rows():
+  """With num_outputs the last layer computes its last rows only: its weights and output are
+  those rows of the full pass (the other layers are the full pass's)."""
+  config = dataclasses.replace(_tiny_encoder("relative").config, num_layers=2)
+  model = rpe.EncoderModel(config, output_size=2)
 
   @jax.jit
   def run(key):
-    params = model.init(key, tokens)
-    positions = model.sample_positions(jax.random.fold_in(key, 1), 7, evaluation=True)
-    logits, captured = analyze.capture(model, params, None, tokens, positions, key_mask)
-    call = captured["attention"][0]
-    a = call["args"]
-    weights, rebuilt = probes.attention_weights(
-        a["x"], analyze.layer_weights(params, call["module"]), config.family, config.context,
-        a["positions"], key_mask=a["key_mask"], logit_scale=a["logit_scale"],
-        scale_bias=config.log_n_scale_bias)
-    plain = model.apply(params, None, tokens, positions, key_mask=key_mask)
-    return logits, plain, weights, rebuilt, call["output"], a["logit_scale"]
+    params = model.init(key, _TOKENS)
+    full = model.apply(params, None, _TOKENS, intermediates=True)
+    last = model.apply(params, None, _TOKENS, num_outputs=3, intermediates=True)
+    return full, last
 
-  logits, plain, weights, rebuilt, output, logit_scale = jax.device_get(
-      run(jax.random.PRNGKey(1)))
-  if settings.get("log_n_scaling"):
-    assert logit_scale is not None  # The captured call carried log-n scaling.
-  np.testing.assert_allclose(rebuilt, output, atol=1e-5)
-  np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-6)
-  masked = ~np.asarray(key_mask)[:, None, None, :] & np.ones(weights.shape, bool)
-  assert np.all(weights[masked] == 0.0)
-  np.testing.assert_allclose(logits, plain, atol=1e-6)  # Capturing changes nothing.
-
-
-def test_non_softmax_family_is_refused_in_one_line():
-  # A family with a field this module does not know, set away from its default (the shape
-  # a geometric attention's own normalisation may take).
-  @dataclasses.dataclass(frozen=True)
-  class WithNormalisation(families.Family):
-    normalise: object = None
-
-  family = WithNormalisation("geometric", "attention", scorer=lambda *a: None,
-                             normalise=lambda logits: logits)
-  with pytest.raises(ValueError) as error:
-    probes.check_softmax(family)
-  message = str(error.value)
-  assert "\n" not in message and "'geometric'" in message
-  assert "supported families: none, sin_cos, learned, relative, rope, alibi, geometric" in message
-  probes.check_softmax(WithNormalisation("plain", "attention", scorer=lambda *a: None))
-  # Geometric attention's own normalisation is a field the rebuild applies.
-  for name in ("none", "sin_cos", "learned", "relative", "rope", "alibi", "geometric"):
-    probes.check_softmax(families.get_family(name))
+  (full_logits, full), (logits, last) = jax.device_get(run(jax.random.PRNGKey(2)))
+  np.testing.assert_allclose(logits, full_logits[:, -3:], atol=1e-6)
+  assert last.attention[1].shape == (3, 2, 3, 7) and last.layers[1].shape == (3, 3, 16)
+  np.testing.assert_allclose(last.attention[1], full.attention[1][:, :, -3:], atol=1e-6)
+  np.testing.assert_allclose(last.layers[1], full.layers[1][:, -3:], atol=1e-5)
+  np.testing.assert_allclose(last.attention[0], full.attention[0], atol=1e-6)
 
 
 # --------------------------------------------------------------------------
@@ -243,7 +329,6 @@ def test_command_line_writes_figures_and_numbers(tiny_run, tmp_path, capsys):
   assert result["step"] == 3 and result["positions"] == "randomized"
   assert all(0.0 <= a <= 1.0 for a in result["accuracy"].values())
   attention = result["attention"]
-  assert 0.0 <= attention["reconstruction_error"] <= 1e-4
   [layer] = attention["layers"]
   for which, tokens_seen in (("training", 6), ("beyond", 12)):
     numbers = layer[which]

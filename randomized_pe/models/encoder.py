@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import chex
 import haiku as hk
@@ -272,8 +272,10 @@ class MultiHeadAttention(hk.Module):
     the last Tq; may be traced); all T answer. logit_scale: optional float [B]
     multiplying each sequence's logits (log-n scaling; the family's separate bias
     only with log_n_scale_bias). return_weights: also return the attention weights
-    [B, H, Tq, T] (recomputed from the logits, for analyses; e.g. through
-    hk.intercept_methods on this module).
+    [B, H, Tq, T] (`Encoder` asks for them with return_intermediates). They are computed
+    beside the output, from the same logits function (`attention.attention_logits`) and
+    normalisation (`attention.attention_weights`); the output is computed exactly as
+    without the option.
     """
     config = self._config
     batch, length, _ = x.shape
@@ -319,6 +321,23 @@ def _layer_norm(x, name):
   return hk.LayerNorm(axis=-1, create_scale=True, create_offset=True, name=name)(x)
 
 
+class Intermediates(NamedTuple):
+  """What the encoder computes on the way to its logits (`return_intermediates=True`).
+
+  Attributes:
+    embeddings: [B, T, M] the input of layer 0 (token embedding, any additive encoding
+      term, embedding dropout where it runs).
+    attention: one [B, H, Tq, T] per layer: the attention weights (rows sum to 1 over
+      the unmasked keys; Tq = T except in the last layer with num_outputs).
+    layers: one [B, Tq, M] per layer: the layer's output (after its feed-forward layer
+      norm), the input of the next layer.
+  """
+
+  embeddings: jax.Array
+  attention: tuple
+  layers: tuple
+
+
 class Encoder(hk.Module):
   """The encoder-only Transformer of the paper, returning logits on every position."""
 
@@ -352,7 +371,8 @@ class Encoder(hk.Module):
     )
 
   def __call__(self, tokens, positions=None, is_training: bool = False, key_mask=None,
-               num_outputs: Optional[int] = None, outputs_from=None):
+               num_outputs: Optional[int] = None, outputs_from=None,
+               return_intermediates: bool = False):
     """Logits for every position, or for the last `num_outputs`.
 
     Args:
@@ -370,9 +390,13 @@ class Encoder(hk.Module):
       outputs_from: the first of those positions (default: the last
         `num_outputs`); may be traced, so padded batches of different lengths
         share one program.
+      return_intermediates: also return the `Intermediates` (attention weights, the
+        embeddings and every layer's output), for analyses. Off, the computation is
+        exactly the one without the option; on, the logits are the same.
 
     Returns:
-      float32 [B, T, O], or [B, num_outputs, O].
+      float32 [B, T, O], or [B, num_outputs, O]; with return_intermediates,
+      (those logits, `Intermediates`).
     """
     config = self._config
     chex.assert_rank(tokens, 2)
@@ -419,36 +443,46 @@ class Encoder(hk.Module):
       num_keys = (jnp.full((batch,), length) if key_mask is None
                   else jnp.sum(key_mask, axis=-1, dtype=jnp.int32))
       logit_scale = attn_lib.log_n_scale(num_keys, config.log_n_reference)  # [B]
+    embeddings, weights, layers = h, [], []
     for layer in range(config.num_layers):
       # Nothing after the last layer mixes positions: it needs only the outputs.
       queries = num_outputs if layer == config.num_layers - 1 else None
       attn = MultiHeadAttention(config, name=f"attention_{layer}")(
           h, layer_positions[layer], key_mask, queries, outputs_from if queries else None,
-          logit_scale)
+          logit_scale, return_weights=return_intermediates)
+      if return_intermediates:
+        attn, layer_weights = attn
+        weights.append(layer_weights)
       if queries is not None:
         h = families.query_rows(h, outputs_from, queries, axis=1)
       h = _layer_norm(h + dropout(attn), name=f"attention_norm_{layer}")
       ff = hk.Linear(config.widening_factor * config.d_model, name=f"ffn_in_{layer}")(h)
       ff = hk.Linear(config.d_model, name=f"ffn_out_{layer}")(jax.nn.relu(ff))
       h = _layer_norm(h + dropout(ff), name=f"ffn_norm_{layer}")
-    return hk.Linear(self._output_size, name="logits")(h)  # [B, T, O]
+      layers.append(h)
+    logits = hk.Linear(self._output_size, name="logits")(h)  # [B, T, O]
+    if not return_intermediates:
+      return logits
+    return logits, Intermediates(embeddings, tuple(weights), tuple(layers))
 
 
 def make_encoder(config: EncoderConfig, output_size: int) -> hk.Transformed:
   """Returns hk.transform of the encoder.
 
   `init(rng, tokens, positions=None, is_training=False, key_mask=None, num_outputs=None,
-  outputs_from=None)` and `apply(params, rng, tokens, ...the same)` -> logits
-  [B, T, output_size] ([B, num_outputs, output_size]).
+  outputs_from=None, return_intermediates=False)` and `apply(params, rng, tokens, ...the
+  same)` -> logits [B, T, output_size] ([B, num_outputs, output_size]); with
+  return_intermediates, (logits, `Intermediates`).
   `rng` may be None when no dropout runs (paper mode with is_training=False).
   """
   if output_size < 1:
     raise ValueError(f"output_size must be >= 1, got {output_size}")
 
   def forward(tokens, positions=None, is_training=False, key_mask=None, num_outputs=None,
-              outputs_from=None):
+              outputs_from=None, return_intermediates=False):
     return Encoder(config, output_size, name="encoder")(
-        tokens, positions, is_training, key_mask, num_outputs, outputs_from)
+        tokens, positions, is_training, key_mask, num_outputs, outputs_from,
+        return_intermediates)
 
   return hk.transform(forward)
 
@@ -472,10 +506,12 @@ class EncoderModel:
     return self._net.init(key, tokens)
 
   def apply(self, params, key, tokens, positions=None, *, is_training=False, key_mask=None,
-            num_outputs=None, outputs_from=None):
+            num_outputs=None, outputs_from=None, intermediates=False):
+    """Logits (`Encoder.__call__`); with intermediates=True, (logits, `Intermediates`):
+    the attention weights, embeddings and layer outputs of the same forward pass."""
     return self._net.apply(params, key, tokens, positions, is_training=is_training,
                            key_mask=key_mask, num_outputs=num_outputs,
-                           outputs_from=outputs_from)
+                           outputs_from=outputs_from, return_intermediates=intermediates)
 
   def sample_positions(self, key, length, *, padded_length=None, evaluation=False):
     return self.config.sample_positions(key, length, padded_length, evaluation)
