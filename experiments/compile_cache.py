@@ -4,8 +4,8 @@ On a 2-core CPU a run of the paper's model spends minutes compiling (one program
 training length, one per evaluation bucket), and a resumed run, every job of a sweep
 and every test run used to compile the same programs again. JAX can keep compiled
 programs on disk (CPU programs included, with the JAX we pin) keyed by the program and
-the compiler's settings, so a second process with the same programs loads them instead.
-A tiny training run of two programs measured 31.5 s cold and 4.0 s warm here.
+the compiler's settings, so a second process with the same programs loads them instead
+(figures: docs/benchmark.md, "Figures behind code choices").
 
 Where the cache lives, first match wins:
   1. the config setting `compilation_cache` (a folder, or "off"), when not empty;
@@ -15,14 +15,14 @@ Where the cache lives, first match wins:
 run starts (sweep workers) share it. Results do not depend on the cache; only time does.
 
 JAX's cache only skips XLA's compiling: every process still traces and lowers each
-program to compute the cache key, and for the paper's 5-layer grid step that is 3-4 s a
-program on this CPU (a warm start of 8 programs measured 60 s against 286 s cold). So
+program to compute the cache key, seconds a program for the paper's 5-layer grid step on
+a CPU (a warm start still took a large part of a cold one's time). So
 the training and evaluation programs of a run are `Program`s: their whole executables
 are also kept (in the folder's `executables/`), keyed without tracing by what decides
 the program: the run's config, the arguments' shapes, dtypes and placements, the
 project's source files and data, the versions of JAX and the libraries it builds on,
 the devices and XLA_FLAGS. A warm start then loads them and traces nothing (the paper
-model's 8 bucketed training programs: 11.8 s warm against 148.2 s cold, docs/benchmark.md).
+model's training programs: docs/benchmark.md, "The persistent compilation cache").
 Files are written whole (a temporary file, then renamed); one that cannot be read is
 compiled again and rewritten. Code that
 the key cannot see turns this layer off for the process: an entry of a registry

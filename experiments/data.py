@@ -170,7 +170,7 @@ def data_seed(config) -> int:
 # Data keys are made in blocks of this many steps by one program: made one step at a time,
 # their few eager JAX operations queue behind the training step running on the same
 # device, so the batch prefetcher waited for every step to finish before it could make
-# the next batch (the demo lost ~20% of its steps/s to that).
+# the next batch (docs/benchmark.md, "Batches no longer wait for the device").
 _KEY_BLOCK = 1024
 
 

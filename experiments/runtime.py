@@ -3,11 +3,11 @@
 XLA's CPU runtime allocates each program's temporary buffer afresh on every
 execution (about 340 MB for a training step of the paper model at batch 128 and
 sequence length 72). glibc serves an allocation that large with a new mmap, so
-every step touches fresh 4 KiB pages: about 80,000 page faults and 70-140 ms of
-kernel time per step on a 2-core CPU. glibc's `glibc.malloc.hugetlb=1` tunable
-makes malloc back such mappings with transparent huge pages (2 MiB), which cut
-the faults about 75-fold and made training 11-28% faster here
-(`python -m experiments.benchmark --sections=train`).
+every step touches fresh 4 KiB pages: tens of thousands of page faults and a
+kernel time that is a sizeable part of a CPU step. glibc's `glibc.malloc.hugetlb=1`
+tunable makes malloc back such mappings with transparent huge pages (2 MiB), which
+cuts the faults many-fold and makes training faster (`python -m experiments.benchmark
+--sections=train`; figures in docs/benchmark.md, "Figures behind code choices").
 
 glibc reads tunables only when a process starts, so `maybe_reexec()` restarts
 the process once, with the same interpreter and arguments, with the tunable

@@ -8,10 +8,8 @@ backward make over them (logits, exp, sum, the two products, the softmax
 gradient) goes to memory. `attention` runs the batch in chunks of rows whose
 logits fit in cache, and recomputes a chunk's forward in the backward pass
 (`jax.checkpoint`) instead of storing its [b, H, T, S] tensors. The result is
-exactly the same function; on a 2-core CPU one layer of the paper's model
-(fwd + bwd, batch 128, T = 80) ran 1.6x faster, 2.5-3x when every step's
-buffers were freshly page-faulted (`python -m experiments.benchmark
---sections=attention`; see experiments/runtime.py).
+exactly the same function, and faster on a CPU (`python -m experiments.benchmark
+--sections=attention`; figures in docs/benchmark.md, "Figures behind code choices").
 Accelerators get the whole batch in one piece by default.
 
 The logits come from a `score_fn(q, k) -> [b, H, T, S]` that is applied chunk by
@@ -42,7 +40,7 @@ import jax
 import jax.numpy as jnp
 
 # Elements of one chunk's [b, H, T, S] logits on a CPU: 2.8 MB, chosen by
-# measurement on a 2-core CPU (700k beat 300k and 1.4M at T = 40 and 72).
+# measurement on a 2-core CPU (docs/benchmark.md, "Figures behind code choices").
 CPU_CHUNK_ELEMENTS = 700_000
 
 

@@ -471,8 +471,8 @@ def relative_logits(
   "auto" takes "pairwise" when its table has at most PAIRWISE_MAX_ELEMENTS
   elements and is no larger than the factorized [B, T, H, R] intermediate
   (so memory never exceeds the factorized bound); it measured as fast or
-  faster than factorized at every length from 8 to 80 on a 2-core CPU, inside
-  chunked attention (`randomized_pe.attention`).
+  faster than factorized on a CPU, inside chunked attention
+  (`randomized_pe.attention`; docs/benchmark.md, "Figures behind code choices").
 
   These are the positional logits only, unscaled: the attention logits of the paper's
   encoder are `relative_attention_logits` (content + position, scaled by 1/sqrt(D)).
