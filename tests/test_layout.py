@@ -58,3 +58,12 @@ def test_every_task_name_is_defined_in_tasks():
     assert datasets.DATASETS.get(name).__module__.startswith("tasks."), name
   assert not set(tasks.NAMES) & set(datasets.DATASETS.names())
   assert not ROOT.joinpath("latin_square").exists()
+
+
+def test_the_tasks_cite_nothing_outside_the_repository():
+  # The project must not need ../shared: what the data modules rely on is written down in
+  # the repository (tasks/latin_square/files/README.md, docs/ito.md).
+  cited = [str(p.relative_to(ROOT)) for p in ROOT.joinpath("tasks").rglob("*")
+           if p.suffix in (".py", ".md") and "__pycache__" not in p.parts
+           and any(s in p.read_text(encoding="utf-8") for s in ("../shared", "SPEC-EXTENSIONS"))]
+  assert not cited, cited
