@@ -325,22 +325,3 @@ def _train_and_evaluate(config, source, workdir, store, devices) -> dict:
   result["train_seconds"] = train_seconds
   io_utils.write_json(os.path.join(workdir, "eval.json"), result)
   return result
-
-
-def restore_state(workdir: str, config: ml_collections.ConfigDict, step: int | None = None):
-  """The stacked TrainState [M, ...] saved in workdir's checkpoint at `step` (default: latest)."""
-  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
-
-  task = data.source(config).task
-  model = steps.build_model(config, task)
-  target = steps.init_grid(model, config, steps.grid_members(config), data.example_tokens(task))
-  store = checkpoints.Checkpoints(os.path.abspath(workdir))
-  try:
-    if step is None:
-      restored = store.restore_latest(target)
-      if restored is None:
-        raise FileNotFoundError(f"no checkpoint in {workdir}")
-      return restored[1]
-    return store.manager.restore(step, args=ocp.args.StandardRestore(target))
-  finally:
-    store.close()

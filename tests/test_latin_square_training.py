@@ -19,6 +19,7 @@ from experiments import data
 from experiments import evaluation
 from experiments import loop
 from experiments import steps
+from experiments import trained_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": ROOT}
@@ -244,8 +245,8 @@ def test_resume_equals_uninterrupted_run(tmp_path, small_dataset):
   loop.train_and_evaluate(config(4), str(tmp_path / "resumed"))
   second = config(7)
   loop.train_and_evaluate(second, str(tmp_path / "resumed"))
-  a = loop.restore_state(str(tmp_path / "straight"), straight)
-  b = loop.restore_state(str(tmp_path / "resumed"), second)
+  a = trained_run.restore_run(str(tmp_path / "straight")).state
+  b = trained_run.restore_run(str(tmp_path / "resumed")).state
   assert a.step.tolist() == b.step.tolist() == [7, 7]
   np.testing.assert_array_equal(_flat(a.params), _flat(b.params))  # Bitwise on CPU.
   np.testing.assert_array_equal(_flat(a.opt_state), _flat(b.opt_state))

@@ -17,6 +17,7 @@ import randomized_pe as rpe
 import tasks
 from experiments import loop
 from experiments import steps
+from experiments import trained_run
 from experiments import validation
 from randomized_pe import attention as attn_lib
 from randomized_pe import families
@@ -193,7 +194,7 @@ def test_a_sampler_and_a_family_added_by_one_entry_train_end_to_end(tmp_path, ad
   config.training.positions = "half_steps"
   result = loop.train_and_evaluate(config, str(tmp_path / "new"))
   assert result["step"] == 2 and len(result["accuracy"]) == 6
-  state = loop.restore_state(str(tmp_path / "new"), config)
+  state = trained_run.restore_run(str(tmp_path / "new")).state
   slopes = [np.asarray(v["slopes"]) for v in state.params.values() if "slopes" in v]
   assert len(slopes) == 1 and slopes[0].shape == (1, 2)  # [models, heads]: created, trained.
   assert np.all(slopes[0] != 1.0)

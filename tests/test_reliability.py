@@ -17,6 +17,7 @@ from experiments import io_utils
 from experiments import loop
 from experiments import report
 from experiments import sweep
+from experiments import trained_run
 from experiments import workdir as workdir_lib
 from tests import sweep_helpers
 from tests.test_training import ENV, ROOT, tiny_config
@@ -183,7 +184,7 @@ def test_an_os_error_while_saving_is_one_line_and_keeps_the_last_checkpoint(
     loop.train_and_evaluate(config, run)
   assert "\n" not in str(info.value) and "No space left on device" in str(info.value)
   assert "step 4" in str(info.value)
-  assert loop.restore_state(run, config).step.tolist() == [2]
+  assert trained_run.restore_run(run).state.step.tolist() == [2]
 
 
 def test_an_atomic_write_that_fails_keeps_the_old_file_and_leaves_no_temporary(

@@ -17,6 +17,7 @@ from experiments import data
 from experiments import evaluation
 from experiments import loop
 from experiments import steps
+from experiments import trained_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": ROOT}
@@ -87,8 +88,8 @@ def test_resume_equals_uninterrupted_run(tmp_path):
   loop.train_and_evaluate(first, str(tmp_path / "resumed"))
   second = config(6)
   resumed_final = loop.train_and_evaluate(second, str(tmp_path / "resumed"))
-  a = loop.restore_state(str(tmp_path / "straight"), straight)
-  b = loop.restore_state(str(tmp_path / "resumed"), second)
+  a = trained_run.restore_run(str(tmp_path / "straight")).state
+  b = trained_run.restore_run(str(tmp_path / "resumed")).state
   assert a.step.tolist() == b.step.tolist() == [6]  # Stacked: one model.
   np.testing.assert_array_equal(_flat(a.params), _flat(b.params))  # Bitwise on CPU.
   np.testing.assert_array_equal(_flat(a.opt_state), _flat(b.opt_state))
@@ -211,7 +212,7 @@ def test_nonfinite_update_stops_and_keeps_last_good_checkpoint(tmp_path, monkeyp
   config = tiny_config(steps=6, log_every=1, checkpoint_every=2)
   with pytest.raises(loop.NonFiniteLossError, match=r"step 3.*checkpoint \(step 2\)"):
     loop.train_and_evaluate(config, str(tmp_path / "run"))
-  state = loop.restore_state(str(tmp_path / "run"), config)
+  state = trained_run.restore_run(str(tmp_path / "run")).state
   assert state.step.tolist() == [2] and np.all(np.isfinite(_flat(state.params)))
 
 
