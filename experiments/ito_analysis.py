@@ -416,35 +416,6 @@ class Models:
   group_names: tuple
 
 
-def _restore(info: RunInfo):
-  """(model, dataset, state [S, ...], step) of the newest readable checkpoint, or None if
-  the run has no checkpoint yet."""
-  import jax  # pylint: disable=import-outside-toplevel
-  import ml_collections  # pylint: disable=import-outside-toplevel
-
-  from experiments import checkpoints  # pylint: disable=import-outside-toplevel
-  from experiments import data  # pylint: disable=import-outside-toplevel
-  from experiments import steps  # pylint: disable=import-outside-toplevel
-
-  config = ml_collections.ConfigDict(info.config)
-  dataset = data.source(config).task
-  model = steps.build_model(config, dataset)  # ValueError for an unknown encoding.
-  store = checkpoints.Checkpoints(os.path.abspath(info.workdir))
-  if not store.steps():
-    return None
-  # Shapes only (nothing is compiled): orbax restores into them.
-  target = jax.eval_shape(lambda: steps.init_grid(model, config, steps.grid_members(config),
-                                                  data.example_tokens(dataset)))
-  try:
-    restored = store.restore_latest(target)
-  finally:
-    store.close()
-  if restored is None:
-    return None
-  step, state, _ = restored
-  return config, model, dataset, state, step
-
-
 def evaluate_models(info: RunInfo, noise_sds=NOISE_SDS, noise_draws: int = 1,
                     noise_seed: int = 0) -> Optional[Models]:
   """A run's predictions, attention maps, position terms and noisy accuracies on the
@@ -546,14 +517,13 @@ def _from_job_inputs(info: RunInfo, noise_sds, noise_draws, noise_seed) -> Optio
         f"{int(stored['noise_seed'])}: analyse it with those (the defaults)")
   import ml_collections  # pylint: disable=import-outside-toplevel
   config = ml_collections.ConfigDict(info.config)
-  dataset = data.source(config).task
+  source = data.source(config)
+  dataset = source.task
   examples = dataset.splits[SPLIT]
   predictions = stored["predictions"].astype(np.int64)
   model = config.model
-  steps_per_epoch = -(-len(dataset.splits[dataset.train_split].answers)
-                      // int(config.training.batch_size))
   step = int(stored["step"])
-  return Models(info=info, step=step, epoch=step / steps_per_epoch,
+  return Models(info=info, step=step, epoch=source.epoch(step),
                 keep=stored["keep"].astype(bool), predictions=predictions,
                 correct=predictions == examples.answers[None], maps=stored["maps"],
                 terms=stored.get("terms"), noise=stored["noise"],
@@ -564,44 +534,40 @@ def _from_job_inputs(info: RunInfo, noise_sds, noise_draws, noise_seed) -> Optio
 
 def _evaluate_folder(info: RunInfo, noise_sds=NOISE_SDS, noise_draws: int = 1,
                      noise_seed: int = 0, use_inputs: bool = True) -> Optional[Models]:
-  """One folder's Models from its newest checkpoint, else (use_inputs) its JOB_INPUTS
-  file; None if it has neither."""
-  import haiku as hk  # pylint: disable=import-outside-toplevel
+  """One folder's Models from its newest checkpoint (`trained_run.restore_run`), else
+  (use_inputs) its JOB_INPUTS file; None if it has neither.
+
+  The forward pass is the evaluator's (`evaluation.predict_classes`, as `SplitEvaluator`
+  reads the validation split: its key `evaluation.split_key`, the split as one chunk) with
+  the model's attention weights (`apply(..., intermediates=True)`) and, for the noise,
+  N(0, sd^2) added to the output of the embedding layer (`apply(..., embedding_noise=)`)."""
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
 
-  from experiments import steps  # pylint: disable=import-outside-toplevel
+  from experiments import evaluation  # pylint: disable=import-outside-toplevel
+  from experiments import trained_run  # pylint: disable=import-outside-toplevel
 
-  restored = _restore(info)
-  if restored is None:
+  try:
+    run = trained_run.restore_run(info.workdir)  # ValueError for an unknown encoding.
+  except FileNotFoundError:  # No (readable) checkpoint yet.
     return _from_job_inputs(info, noise_sds, noise_draws, noise_seed) if use_inputs else None
-  config, model, dataset, state, step = restored
-  params = state.params
+  config, model, dataset, params = run.config, run.model, run.task, run.state.params
   examples = dataset.splits[SPLIT]
   tokens = jnp.asarray(examples.tokens)  # [N, T]
-  # The keys of SplitEvaluator: positions and dropout from the split's key.
-  split_key = jax.random.fold_in(jax.random.PRNGKey(config.evaluation.seed + 1),
-                                 list(dataset.splits).index(SPLIT))
-  pos_key, dropout_key = jax.random.split(split_key)
-  positions = model.sample_positions(pos_key, tokens.shape[1], evaluation=True)
-  dropout_key = jax.random.fold_in(dropout_key, 0)
+  split_key = evaluation.split_key(config.evaluation.seed, dataset, SPLIT)
+  noise_shape = (*tokens.shape, model.config.d_model)
 
   def forward(p, key, sd):
     """Predicted classes [N] and attention maps [L, N, T, T] (heads averaged), with
     N(0, sd^2) noise added to the output of the embedding layer (sd 0: none, exactly)."""
-    def add_noise(next_f, args, kwargs, context):
-      out = next_f(*args, **kwargs)
-      if context.method_name == "__call__" and context.module.module_name.endswith("/embed"):
-        out = out + sd * jax.random.normal(key, out.shape, out.dtype)
-      return out
-
-    with hk.experimental.intercept_methods(add_noise):
-      logits, maps = model.logits_and_attention(p, dropout_key, tokens, positions)
-    return jnp.argmax(logits[:, -1], axis=-1), jnp.mean(maps, axis=2)
+    noise = sd * jax.random.normal(key, noise_shape, jnp.float32)
+    classes, maps = evaluation.predict_classes(model, p, split_key, 0, tokens,
+                                               intermediates=True, embedding_noise=noise)
+    return classes, jnp.mean(maps, axis=2)
 
   # One program for the clean pass and every noise level (sd is an argument).
   forward_fn = jax.jit(jax.vmap(forward, in_axes=(0, 0, None)))
-  seeds = [s for s, _ in steps.grid_members(config)]
+  seeds = [s for s, _ in run.members]
 
   def keys(*path):
     # Per model from its seed (not its place in the grid), so that a model's noise is
@@ -623,13 +589,11 @@ def _evaluate_folder(info: RunInfo, noise_sds=NOISE_SDS, noise_draws: int = 1,
   if model.config.encoding.term is not None:
     # At the positions the maps were computed with: the evaluation sampler's (arange for
     # every encoding but randomized_2d, whose term at arange would be 2d_fixed's).
+    positions = evaluation.split_positions(model, split_key, tokens.shape[1])
     terms = np.asarray(jax.jit(jax.vmap(model.position_terms, in_axes=(0, None)))(
         params, positions))  # [S, L, T, M]
-  steps_per_epoch = -(-len(dataset.splits[dataset.train_split].answers)
-                      // int(config.training.batch_size))
-  step = int(step)
-  return Models(info=info, step=step, epoch=step / steps_per_epoch,
-                keep=~np.asarray(state.nonfinite, bool), predictions=predictions,
+  return Models(info=info, step=run.step, epoch=run.epoch(),
+                keep=~np.asarray(run.state.nonfinite, bool), predictions=predictions,
                 correct=correct, maps=np.asarray(maps, np.float32), terms=terms, noise=noise,
                 d_model=model.config.d_model, grid_size=model.config.grid_size,
                 max_timescale=model.config.max_timescale,

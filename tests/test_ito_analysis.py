@@ -279,6 +279,61 @@ def _train_tiny(workdir, learning_rate):
   return loop.train_and_evaluate(config, str(workdir))
 
 
+def test_the_analysis_forward_is_the_models_and_the_evaluators():
+  """The analysis reads the attention maps and the embedding noise from the model's own
+  apply (intermediates, embedding_noise), through the evaluator's predict_classes: its
+  classes are the evaluator's; noise of 0 changes nothing; a constant noise vector is the
+  embedding layer's bias moved by it; the maps are the model's attention weights."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+
+  from experiments import evaluation  # pylint: disable=import-outside-toplevel
+  from randomized_pe.models import ito  # pylint: disable=import-outside-toplevel
+
+  model = ito.ItoModel(ito.ItoConfig(pe="learn", d_model=16, mlp_size=32, num_layers=2), 4)
+  tokens = jnp.asarray(np.random.default_rng(0).integers(0, 5, (6, 16)), jnp.int32)
+  shift = jnp.linspace(-2.0, 2.0, 16)  # One vector added to every token's embedding.
+  dataset = _one_split(tokens)
+  key = evaluation.split_key(2, dataset, "validation")
+
+  @jax.jit
+  def run(params):
+    plain = evaluation.predict_classes(model, params, key, 0, tokens)
+    classes, maps = evaluation.predict_classes(model, params, key, 0, tokens,
+                                               intermediates=True,
+                                               embedding_noise=jnp.zeros((6, 16, 16)))
+    positions = evaluation.split_positions(model, key, 16)
+    noisy = model.apply(params, None, tokens, positions,
+                        embedding_noise=jnp.broadcast_to(shift, (6, 16, 16)))
+    moved = dict(params, **{"ito/embed": dict(params["ito/embed"],
+                                              b=params["ito/embed"]["b"] + shift)})
+    return (plain, classes, maps, model.attention_weights(params, None, tokens, positions),
+            noisy, model.apply(moved, None, tokens, positions))
+
+  params = model.init(jax.random.PRNGKey(0), tokens)
+  plain, classes, maps, weights, noisy, moved = jax.device_get(run(params))
+  np.testing.assert_array_equal(classes, plain)
+  np.testing.assert_array_equal(maps, weights)  # [blocks, B, H, T, T]
+  assert maps.shape == (2, 6, model.config.num_heads, 16, 16)
+  np.testing.assert_allclose(maps.sum(-1), 1.0, atol=1e-6)
+  np.testing.assert_allclose(noisy, moved, atol=1e-5, rtol=0)
+  assert np.max(np.abs(noisy - jax.device_get(model.apply(params, None, tokens)))) > 1e-3
+  # The evaluator's own predictions of the split (seed 2: the key above).
+  evaluator = evaluation.SplitEvaluator(model, dataset, batch_size=8)
+  np.testing.assert_array_equal(evaluator.predictions(params, "validation", 2), plain)
+  assert key.tolist() == jax.random.fold_in(jax.random.PRNGKey(3), 0).tolist()
+
+
+def _one_split(tokens):
+  """A dataset of one split ("validation") holding `tokens`."""
+  from experiments import data  # pylint: disable=import-outside-toplevel
+
+  examples = data.Examples(np.asarray(tokens), np.zeros(len(tokens), np.int32),
+                           np.zeros(len(tokens), np.int32))
+  return data.Dataset("one", 5, 4, 16, {"validation": examples}, "validation", ("all",),
+                      lambda correct, groups: {"overall": float(np.mean(correct))})
+
+
 def test_analysis_entry_point_end_to_end(tmp_path):
   # Two runs of learn-0.2 that differ only in the learning rate, which the programs take
   # as an argument: the second run and its analysis load every program from the

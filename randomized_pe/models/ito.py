@@ -544,7 +544,7 @@ class ItoTransformer(hk.Module):
     return positions
 
   def __call__(self, tokens, positions=None, is_training: bool = False, key_mask=None,
-               return_attention: bool = False):
+               return_attention: bool = False, embedding_noise=None):
     """Logits [B, T, C] on every cell (the prediction is cell T - 1's).
 
     Args:
@@ -553,6 +553,8 @@ class ItoTransformer(hk.Module):
       is_training: enables the fixed-PE dropout (with dropout_at_evaluation, always on).
       key_mask: optional bool [B, T]; False keys get no attention.
       return_attention: also return the attention weights [N, B, H, T, T].
+      embedding_noise: optional [B, T, M] added to the output of the embedding layer
+        (the analyses' noise robustness); None adds nothing.
     """
     config, encoding = self._config, self._config.encoding
     chex.assert_rank(tokens, 2)
@@ -562,6 +564,8 @@ class ItoTransformer(hk.Module):
     positions = self._check_positions(positions)
     channels = jax.nn.one_hot(tokens, config.vocab_size, dtype=jnp.float32)[..., 1:]  # [B, T, V-1]
     h = TorchLinear(config.d_model, name="embed")(channels)  # [B, T, M]; a blank is the bias.
+    if embedding_noise is not None:
+      h = h + embedding_noise
     drop = (encoding.term_dropout and config.fixed_pe_dropout > 0
             and (is_training or config.dropout_at_evaluation))
     weights = []
@@ -595,13 +599,15 @@ class ItoTransformer(hk.Module):
 
 def make_network(config: ItoConfig, output_size: int) -> hk.Transformed:
   """hk.transform of the network: init(rng, tokens, positions=None, is_training=False,
-  key_mask=None, return_attention=False) and apply(params, rng, ...the same)."""
+  key_mask=None, return_attention=False, embedding_noise=None) and apply(params, rng,
+  ...the same)."""
   if output_size < 1:
     raise ValueError(f"output_size must be >= 1, got {output_size}")
 
-  def forward(tokens, positions=None, is_training=False, key_mask=None, return_attention=False):
+  def forward(tokens, positions=None, is_training=False, key_mask=None, return_attention=False,
+              embedding_noise=None):
     return ItoTransformer(config, output_size, name="ito")(
-        tokens, positions, is_training, key_mask, return_attention)
+        tokens, positions, is_training, key_mask, return_attention, embedding_noise)
 
   return hk.transform(forward)
 
@@ -661,20 +667,24 @@ class ItoModel:
     return self._net.init(key, tokens)
 
   def apply(self, params, key, tokens, positions=None, *, is_training=False, key_mask=None,
-            num_outputs=None, outputs_from=None):
+            num_outputs=None, outputs_from=None, intermediates=False, embedding_noise=None):
     """Logits [B, T, C], or [B, num_outputs, C] from outputs_from (default: the last ones).
 
-    The model's answer is the last cell's: num_outputs=1 gives [B, 1, C].
+    The model's answer is the last cell's: num_outputs=1 gives [B, 1, C]. With
+    intermediates=True, (those logits, the attention weights [N, B, H, T, T]) of the same
+    pass. embedding_noise: optional [B, T, M] added to the embedding layer's output.
     """
-    logits = self._net.apply(params, key, tokens, positions, is_training=is_training,
-                             key_mask=key_mask)
-    if num_outputs is None:
-      return logits
-    length = logits.shape[1]
-    if not 1 <= num_outputs <= length:
-      raise ValueError(f"num_outputs must be in [1, {length}], got {num_outputs}")
-    start = length - num_outputs if outputs_from is None else outputs_from
-    return jax.lax.dynamic_slice_in_dim(logits, start, num_outputs, axis=1)
+    out = self._net.apply(params, key, tokens, positions, is_training=is_training,
+                          key_mask=key_mask, return_attention=intermediates,
+                          embedding_noise=embedding_noise)
+    logits, weights = out if intermediates else (out, None)
+    if num_outputs is not None:
+      length = logits.shape[1]
+      if not 1 <= num_outputs <= length:
+        raise ValueError(f"num_outputs must be in [1, {length}], got {num_outputs}")
+      start = length - num_outputs if outputs_from is None else outputs_from
+      logits = jax.lax.dynamic_slice_in_dim(logits, start, num_outputs, axis=1)
+    return (logits, weights) if intermediates else logits
 
   def classify(self, params, key, tokens, positions=None, *, is_training=False):
     """Class logits [B, C] read from the last cell, as the original."""
@@ -685,12 +695,6 @@ class ItoModel:
     _, weights = self._net.apply(params, key, tokens, positions, is_training=is_training,
                                  return_attention=True)
     return weights
-
-  def logits_and_attention(self, params, key, tokens, positions=None, *, is_training=False):
-    """(logits [B, T, C], attention probabilities [N, B, H, T, T]) of one forward pass
-    (for the analyses: `experiments.ito_analysis`); the logits are `apply`'s."""
-    return self._net.apply(params, key, tokens, positions, is_training=is_training,
-                           return_attention=True)
 
   def position_terms(self, params, positions=None) -> jax.Array:
     """The additive term of every block, [N, T, M] (zeros for attention encodings)."""
