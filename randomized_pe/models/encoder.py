@@ -34,6 +34,7 @@ from randomized_pe import encodings as enc
 from randomized_pe import families
 from randomized_pe import release as release_lib
 from randomized_pe import samplers as samplers_lib
+from randomized_pe.models import layers as layers_lib
 
 
 def _is_int(value) -> bool:
@@ -237,12 +238,8 @@ class EncoderConfig:
     return sampler(key, length, self.max_position, padded_length, **settings)
 
 
-def _get_params(specs: dict) -> dict:
-  """Creates a family's declared parameters in the current Haiku module."""
-  return {name: hk.get_parameter(
-      name, list(spec.shape),
-      init=lambda shape, dtype, spec=spec: spec.init(hk.next_rng_key(), tuple(shape), dtype))
-      for name, spec in specs.items()}
+# Called through this module's name (tests may replace it here).
+_get_params = layers_lib.get_params
 
 
 class _Weight(hk.Module):
@@ -317,8 +314,7 @@ class MultiHeadAttention(hk.Module):
     return out, attn_lib.attention_weights(logits, key_mask, weights_fn)
 
 
-def _layer_norm(x, name):
-  return hk.LayerNorm(axis=-1, create_scale=True, create_offset=True, name=name)(x)
+_layer_norm = layers_lib.layer_norm  # eps 1e-5, Haiku's default.
 
 
 class Intermediates(NamedTuple):
@@ -413,10 +409,7 @@ class Encoder(hk.Module):
       # many positions follow it, so a padded batch drops exactly what the unpadded
       # batch drops (with JAX's partitionable threefry, a draw of a shape is a prefix
       # of the draw of a longer one).
-      keep_rate = 1.0 - config.dropout_rate
-      keep = jax.random.bernoulli(hk.next_rng_key(), keep_rate,
-                                  (x.shape[1], x.shape[0], x.shape[2]))
-      return jnp.where(jnp.swapaxes(keep, 0, 1), x / keep_rate, 0.0)
+      return layers_lib.dropout(x, config.dropout_rate, position_major=True)
 
     embed = hk.Embed(
         config.vocab_size, config.d_model,

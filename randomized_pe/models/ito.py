@@ -45,37 +45,17 @@ from randomized_pe import encodings as enc
 from randomized_pe import families
 from randomized_pe import registry
 from randomized_pe import samplers as samplers_lib
+from randomized_pe.models import layers
 
 _MASKED = jnp.finfo(jnp.float32).min
 
 
-# --------------------------------------------------------------------------
-# PyTorch's default initialisers, as jax initialisers (key, shape, dtype) -> array.
-
-
-def torch_uniform(fan_in: int) -> Callable[..., jax.Array]:
-  """U(-1/sqrt(fan_in), 1/sqrt(fan_in)): torch.nn.Linear's weight and bias defaults.
-
-  (kaiming_uniform_ with a = sqrt(5) gives the bound sqrt(6 / ((1 + 5) fan_in)).)
-  """
-  bound = 1.0 / math.sqrt(fan_in)
-  return lambda key, shape, dtype=jnp.float32: jax.random.uniform(key, shape, dtype, -bound, bound)
-
-
-def xavier_uniform(fan_in: int, fan_out: int) -> Callable[..., jax.Array]:
-  """U(±sqrt(6 / (fan_in + fan_out))): torch.nn.MultiheadAttention's packed in-projection."""
-  bound = math.sqrt(6.0 / (fan_in + fan_out))
-  return lambda key, shape, dtype=jnp.float32: jax.random.uniform(key, shape, dtype, -bound, bound)
-
-
-def normal(stddev: float) -> Callable[..., jax.Array]:
-  """N(0, stddev^2), not truncated: torch.randn(...) * stddev."""
-  return lambda key, shape, dtype=jnp.float32: stddev * jax.random.normal(key, shape, dtype)
-
-
-def zeros(key, shape, dtype=jnp.float32):
-  del key
-  return jnp.zeros(shape, dtype)
+# The initialisers: PyTorch's defaults (`layers.torch_uniform`, `layers.xavier_uniform`)
+# and jax.nn's.
+torch_uniform = layers.torch_uniform
+xavier_uniform = layers.xavier_uniform
+normal = jax.nn.initializers.normal  # N(0, stddev^2), not truncated: torch.randn(...) * stddev.
+zeros = jax.nn.initializers.zeros
 
 
 # --------------------------------------------------------------------------
@@ -425,14 +405,6 @@ class ItoConfig:
 # Haiku modules.
 
 
-def _get_params(specs: Mapping[str, families.ParamSpec]) -> dict:
-  """Creates an encoding's declared parameters in the current Haiku module."""
-  return {name: hk.get_parameter(
-      name, list(spec.shape),
-      init=lambda shape, dtype, spec=spec: spec.init(hk.next_rng_key(), tuple(shape), dtype))
-      for name, spec in specs.items()}
-
-
 class TorchLinear(hk.Module):
   """x W + b with PyTorch's initialisers (by default torch.nn.Linear's)."""
 
@@ -471,7 +443,7 @@ class Attention(hk.Module):
     if encoding.scorer is None:
       base = attn_lib.dot_scores
     else:
-      base = encoding.scorer(positions, _get_params(encoding.params(config)), config)
+      base = encoding.scorer(positions, layers.get_params(encoding.params(config)), config)
     scale = float(encoding.logit_scale(config))
     causal = encoding.causal(config)
     length = config.num_cells
@@ -514,14 +486,7 @@ class Attention(hk.Module):
     if not return_weights:
       return out
     logits = score(q, k)  # Recomputed only for analyses: [B, H, T, T].
-    if key_mask is not None:
-      logits = jnp.where(key_mask[:, None, None, :], logits, _MASKED)
-    return out, jax.nn.softmax(logits, axis=-1)
-
-
-def _layer_norm(x, name):
-  # torch.nn.LayerNorm(160): eps 1e-5, scale 1, offset 0.
-  return hk.LayerNorm(axis=-1, create_scale=True, create_offset=True, eps=1e-5, name=name)(x)
+    return out, attn_lib.attention_weights(logits, key_mask)
 
 
 class ItoTransformer(hk.Module):
@@ -573,24 +538,22 @@ class ItoTransformer(hk.Module):
       with hk.experimental.name_scope(f"block_{layer}"):
         e = h
         if encoding.term is not None:
-          params = _get_params(encoding.params(config))
+          params = layers.get_params(encoding.params(config))
           if encoding.frozen:
             params = jax.lax.stop_gradient(params)
           e = e + encoding.term(positions, params, config)[None]  # [B, T, M]
-        if drop:
-          keep = 1.0 - config.fixed_pe_dropout
-          mask = jax.random.bernoulli(hk.next_rng_key(), keep, e.shape)
-          e = jnp.where(mask, e / keep, 0.0)
+        if drop:  # Drawn as [B, T, M].
+          e = layers.dropout(e, config.fixed_pe_dropout)
         attention = Attention(config, name="attention")
         if return_attention:
           a, w = attention(e, positions, key_mask, return_weights=True)
           weights.append(w)
         else:
           a = attention(e, positions, key_mask)
-        u = _layer_norm(a + e, "attention_norm")
+        u = layers.layer_norm(a + e, "attention_norm")
         f = jax.nn.gelu(TorchLinear(config.mlp_size, name="mlp_in")(u), approximate=False)
         f = jax.nn.gelu(TorchLinear(config.d_model, name="mlp_out")(f), approximate=False)
-        h = _layer_norm(f + u, "mlp_norm")
+        h = layers.layer_norm(f + u, "mlp_norm")
     logits = TorchLinear(self._output_size, name="logits")(h)  # [B, T, C]
     if return_attention:
       return logits, jnp.stack(weights)  # [N, B, H, T, T]

@@ -1,0 +1,84 @@
+"""Haiku layers both models use, defined once (issue #30, item 3).
+
+  get_params    creates the parameters an encoding family declares (`families.ParamSpec`)
+  layer_norm    LayerNorm over the features, scale and offset, eps 1e-5 (Haiku's default,
+                which is also torch.nn.LayerNorm's)
+  dropout       inverted dropout from the module's rng, in the order a model draws it
+  torch_uniform, xavier_uniform
+                PyTorch's default initialisers (Ito's model copies them: docs/ito.md); the
+                others are jax.nn's (`jax.nn.initializers.normal`, `zeros`, ...)
+
+`randomized_pe.models.encoder` and `randomized_pe.models.ito` import them from here; a
+change here changes both models (tests/test_pinned_outputs.py pins both).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Mapping, Optional
+
+import haiku as hk
+import jax
+import jax.numpy as jnp
+
+from randomized_pe import families
+
+
+def get_params(specs: Mapping[str, families.ParamSpec]) -> dict:
+  """Creates a family's declared parameters in the current Haiku module, in `specs` order.
+
+  Each draws its own key (`hk.next_rng_key()`), so the order of the specs and of the
+  modules around them fixes the initial values.
+  """
+  return {name: hk.get_parameter(
+      name, list(spec.shape),
+      init=lambda shape, dtype, spec=spec: spec.init(hk.next_rng_key(), tuple(shape), dtype))
+      for name, spec in specs.items()}
+
+
+def layer_norm(x: jax.Array, name: str, eps: float = 1e-5) -> jax.Array:
+  """LayerNorm over the last axis with a learned scale (init 1) and offset (init 0)."""
+  return hk.LayerNorm(axis=-1, create_scale=True, create_offset=True, eps=eps, name=name)(x)
+
+
+def dropout(x: jax.Array, rate: float, *, position_major: bool = False,
+            key: Optional[jax.Array] = None) -> jax.Array:
+  """Inverted dropout of x [B, T, M]: each entry kept with 1 - rate and divided by it.
+
+  Args:
+    x: [B, T, M].
+    rate: the probability of dropping, in [0, 1).
+    position_major: draw the mask as [T, B, M] (the encoder's: a position's mask then does
+      not depend on how many positions follow it, so a padded batch drops what the
+      unpadded batch drops); else as x's shape [B, T, M] (Ito's model).
+    key: the PRNG key; None takes `hk.next_rng_key()`.
+  """
+  keep_rate = 1.0 - rate
+  key = hk.next_rng_key() if key is None else key
+  if position_major:
+    keep = jnp.swapaxes(jax.random.bernoulli(key, keep_rate, (x.shape[1], x.shape[0],
+                                                              *x.shape[2:])), 0, 1)
+  else:
+    keep = jax.random.bernoulli(key, keep_rate, x.shape)
+  return jnp.where(keep, x / keep_rate, 0.0)
+
+
+# --------------------------------------------------------------------------
+# PyTorch's default initialisers, as jax initialisers (key, shape, dtype) -> array. They
+# have no jax.nn equal: jax.nn's uniform is U[0, s), and its variance_scaling draws
+# U(-1, 1) times the bound, which differs from U(-bound, bound) in the last bit.
+
+
+def torch_uniform(fan_in: int) -> Callable[..., jax.Array]:
+  """U(-1/sqrt(fan_in), 1/sqrt(fan_in)): torch.nn.Linear's weight and bias defaults.
+
+  (kaiming_uniform_ with a = sqrt(5) gives the bound sqrt(6 / ((1 + 5) fan_in)).)
+  """
+  bound = 1.0 / math.sqrt(fan_in)
+  return lambda key, shape, dtype=jnp.float32: jax.random.uniform(key, shape, dtype, -bound, bound)
+
+
+def xavier_uniform(fan_in: int, fan_out: int) -> Callable[..., jax.Array]:
+  """U(±sqrt(6 / (fan_in + fan_out))): torch.nn.MultiheadAttention's packed in-projection."""
+  bound = math.sqrt(6.0 / (fan_in + fan_out))
+  return lambda key, shape, dtype=jnp.float32: jax.random.uniform(key, shape, dtype, -bound, bound)

@@ -1,0 +1,81 @@
+"""The two models share their layers and their encodings' computations (issue #30, item 3).
+
+Parameter creation, layer norm, dropout and the initialisers are defined once
+(`randomized_pe.models.layers`); neither model file builds its own.
+"""
+import pathlib
+import re
+
+import haiku as hk
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from randomized_pe import families
+from randomized_pe.models import encoder as encoder_lib
+from randomized_pe.models import ito
+from randomized_pe.models import layers
+
+MODELS = pathlib.Path(encoder_lib.__file__).parent
+
+
+@pytest.mark.parametrize("model", ["encoder.py", "ito.py"])
+def test_models_do_not_repeat_the_shared_layers(model):
+  source = (MODELS / model).read_text()
+  for pattern, what in [(r"hk\.LayerNorm\(", "layer norm"),
+                        (r"random\.bernoulli\(", "dropout"),
+                        (r"spec\.init\(", "parameter creation from ParamSpecs"),
+                        (r"def (torch_uniform|xavier_uniform|normal|zeros)\(", "initialisers"),
+                        (r"jax\.nn\.softmax\(", "softmax (randomized_pe.attention has it)")]:
+    assert not re.search(pattern, source), f"{model} defines its own {what}: use layers.py"
+
+
+def test_both_models_create_parameters_with_the_shared_function(monkeypatch):
+  assert encoder_lib._get_params is layers.get_params
+  created, original = [], layers.get_params
+
+  def spy(specs):
+    created.append(tuple(specs))
+    return original(specs)
+
+  monkeypatch.setattr(layers, "get_params", spy)
+  for pe in ("relative", "learn"):
+    model = ito.ItoModel(ito.ItoConfig(pe=pe, d_model=16, mlp_size=32, num_layers=1), 4)
+    model.init(jax.random.PRNGKey(0), jnp.zeros((1, 16), jnp.int32))
+  assert ("distance_table",) in created and ("table",) in created
+
+
+def test_layer_norm_is_torchs_and_haikus():
+  x = jax.random.normal(jax.random.PRNGKey(0), (2, 3, 8)) * 3 + 1
+  f = hk.transform(lambda x: layers.layer_norm(x, "norm"))
+  params = f.init(None, x)
+  mean = x.mean(-1, keepdims=True)
+  want = (x - mean) / jnp.sqrt(((x - mean) ** 2).mean(-1, keepdims=True) + 1e-5)
+  np.testing.assert_allclose(f.apply(params, None, x), want, atol=1e-5)
+  assert {k: v.shape for k, v in params["norm"].items()} == {"scale": (8,), "offset": (8,)}
+
+
+@pytest.mark.parametrize("position_major", [False, True])
+def test_dropout_keeps_and_rescales(position_major):
+  x = jnp.ones((4, 50, 20))
+  out = np.asarray(layers.dropout(x, 0.25, position_major=position_major,
+                                  key=jax.random.PRNGKey(3)))
+  assert set(np.unique(out)) <= {0.0, np.float32(1.0) / np.float32(0.75)}
+  assert abs((out == 0).mean() - 0.25) < 0.03
+
+
+def test_position_major_dropout_of_a_prefix_is_the_prefix_of_the_dropout():
+  # The encoder's padded batches drop what the unpadded ones drop.
+  key = jax.random.PRNGKey(5)
+  x = jax.random.normal(jax.random.PRNGKey(1), (3, 12, 8))
+  long = layers.dropout(x, 0.5, position_major=True, key=key)
+  short = layers.dropout(x[:, :7], 0.5, position_major=True, key=key)
+  np.testing.assert_array_equal(long[:, :7], short)
+
+
+def test_torch_initialisers_bounds():
+  w = layers.torch_uniform(160)(jax.random.PRNGKey(0), (160, 160))
+  assert 0.075 < float(jnp.max(jnp.abs(w))) <= 1 / np.sqrt(160)
+  w = layers.xavier_uniform(160, 480)(jax.random.PRNGKey(0), (160, 480))
+  assert 0.09 < float(jnp.max(jnp.abs(w))) <= np.sqrt(6 / 640)
