@@ -1174,34 +1174,45 @@ def write_curves(run_dir: str, out_dir: str | None = None) -> dict:
   return {"path": path, "text": text}
 
 
-# The command line, at module level like experiments/train.py's: importing this module
-# defines them (no other module that defines these names is imported with it).
-_SWEEP_DIR = flags.DEFINE_string("sweep_dir", None, "Sweep folder.")
-_RUN_DIR = flags.DEFINE_string("run_dir", None, "A run's workdir: draws its curves "
-                               "(metrics.jsonl) into curves.png instead of a sweep report.")
-_OUT_DIR = flags.DEFINE_string("out_dir", None, "Output folder (default SWEEP_DIR/report; "
-                               "with --run_dir, RUN_DIR).")
-_KIND = flags.DEFINE_enum("kind", "auto", KINDS, "Which report: auto (the sweep config's "
-                          "sweep.report, else variants if the sweep has them, else paper), "
-                          "or one of the kinds by name.")
+FLAG_NAMES = ("sweep_dir", "run_dir", "out_dir", "kind")
+
+
+def define_flags() -> None:
+  """Defines the command line's flags, once: the entry point calls it, and so may code
+  that runs `main` in its own process.
+
+  Not on import, as experiments/analyze.py's `define_flags`: another entry point has a
+  --kind of its own (analyze's), and the test suite imports both into one process.
+  """
+  if "kind" in flags.FLAGS and "run_dir" in flags.FLAGS:
+    return
+  flags.DEFINE_string("sweep_dir", None, "Sweep folder.")
+  flags.DEFINE_string("run_dir", None, "A run's workdir: draws its curves (metrics.jsonl) "
+                      "into curves.png instead of a sweep report.")
+  flags.DEFINE_string("out_dir", None, "Output folder (default SWEEP_DIR/report; with "
+                      "--run_dir, RUN_DIR).")
+  flags.DEFINE_enum("kind", "auto", KINDS, "Which report: auto (the sweep config's "
+                    "sweep.report, else variants if the sweep has them, else paper), or one "
+                    "of the kinds by name.")
 
 
 def main(argv):
   del argv  # cli.parse_flags refuses extra arguments.
   from experiments import cli  # pylint: disable=import-outside-toplevel
 
-  if _RUN_DIR.value:
+  sweep_dir, run_dir, out_dir, kind = (flags.FLAGS[name].value for name in FLAG_NAMES)
+  if run_dir:
     try:
-      curves = write_curves(_RUN_DIR.value, _OUT_DIR.value)
+      curves = write_curves(run_dir, out_dir)
     except (ValueError, io_utils.CorruptFileError) as e:
       cli.fail(cli.one_line(e))
     print(curves["text"])
     return
-  if not _SWEEP_DIR.value:
+  if not sweep_dir:
     cli.fail("give --sweep_dir=SWEEP_DIR (a sweep's report) or --run_dir=WORKDIR "
              "(a run's curves)")
   try:
-    report = write_report(_SWEEP_DIR.value, _OUT_DIR.value, _KIND.value)
+    report = write_report(sweep_dir, out_dir, kind)
   except ValueError as e:
     cli.fail(cli.one_line(e))
   print(report["text"])
@@ -1211,4 +1222,5 @@ def main(argv):
 if __name__ == "__main__":
   from experiments import cli  # pylint: disable=ungrouped-imports
 
+  define_flags()
   cli.run(main)
