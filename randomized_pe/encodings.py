@@ -158,6 +158,21 @@ def sinusoid(
   return jnp.concatenate([sin, cos], axis=-1).astype(out_dtype)
 
 
+def interleave_sin_cos(features: jax.Array, num_axes: int = 1) -> jax.Array:
+  """`sinusoid`'s layout (per axis: sines, then cosines) -> the interleaved one (per axis:
+  sin w_0, cos w_0, sin w_1, cos w_1, ...), as PyTorch tutorials and Ito et al.'s code
+  lay them out.
+
+  A fixed permutation of the features [..., dim] (dim / num_axes features per axis); it
+  matters only when two encodings are compared feature by feature or added to the same
+  embeddings.
+  """
+  *lead, dim = features.shape
+  half = dim // num_axes // 2
+  per_axis = features.reshape(*lead, num_axes, 2, half)  # [..., axis, sin|cos, frequency]
+  return jnp.swapaxes(per_axis, -1, -2).reshape(*lead, dim)
+
+
 def apply_rope(
     x: jax.Array, positions, max_timescale: float = DEFAULT_MAX_TIMESCALE, *,
     per_axis: bool = False, heads: Optional[bool] = None,

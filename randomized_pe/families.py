@@ -18,6 +18,17 @@ functions, so the same families serve Haiku, Flax or plain JAX models.
   geometric attention   geometric_normalize yes     no        -
             (its own normalisation: NDR's stick-breaking, `randomized_pe.geometric`)
 
+Families that are parts a model composes, not encodings of their own (`standalone=False`:
+not in `names()` or `family_names()`; Ito et al.'s model, `randomized_pe.models.ito`,
+builds its encodings from them and from the ones above):
+
+  name      acts in     settings                          floats
+  table     embedding   table_rows, table_init_scale      no      a learned table, N(0, s^2)
+  shaw      attention   shaw_max_distance, shaw_causal,   no      Shaw et al.'s distance
+                        shaw_init_scale                           table (+ the causal bias)
+  causal    attention   causal_logit_scale                yes     a causal mask as a bias,
+            (a bias, a logit scale)                               logits times a factor
+
 Encoding names (`names()`): each family's name (classic positions, sampler `arange`),
 and `randomized_<family>` (the same family fed by sampler `randomized`) where the
 family declares a randomized twin. Any sampler can also be chosen by config.
@@ -45,6 +56,10 @@ M d_model):
                                                weights [b, H, Tq, T] (None: softmax)
   With reads_input=True the score_fn takes a third argument, the layer input at the
   query rows [b, Tq, M] (NDR's directional encoding projects it).
+  logit_scale(ctx) -> float                    optional, attention families: a constant
+                                               factor on the scorer's logits, applied as
+                                               log-n scaling's (before the bias); c-NoPE's
+                                               temperature
 
 A scorer's whole output is one logit; a `bias` is kept apart so that the model can
 treat it differently: log-n attention scaling (`randomized_pe.attention`) multiplies
@@ -190,6 +205,8 @@ class Family:
       scorer's logits (see the module docstring for why it is apart).
     normalize: optional, attention families only: builds the weights_fn that replaces
       the softmax (see the module docstring); None keeps the softmax.
+    logit_scale: optional, attention families only: ctx -> a constant factor on the
+      scorer's logits (not on the bias); None: no factor (`logit_scale_of`).
     reads_input: attention families only: the scorer's score_fn takes the layer input
       at the query rows as a third argument.
     params: ctx -> {name: ParamSpec}.
@@ -201,6 +218,9 @@ class Family:
       distance, and `randomized` draws the release's `offsets` (release item 5).
     release_per_layer: under compat="release" random samplers draw once per layer
       (release item 2).
+    standalone: an encoding of its own, listed by `names()` and `family_names()` (with
+      its randomized twin); False for parts a model composes into its own encodings (Ito's
+      model: `randomized_pe.models.ito`), found by `get_family` only.
     description: one line for listings and docs.
   """
 
@@ -210,6 +230,7 @@ class Family:
   scorer: Optional[Callable[..., Callable]] = None
   bias: Optional[Callable[..., jax.Array]] = None
   normalize: Optional[Callable[..., Callable]] = None
+  logit_scale: Optional[Callable[[Context], float]] = None
   reads_input: bool = False
   params: Callable[[Context], dict] = no_params
   settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -218,6 +239,7 @@ class Family:
   randomized_twin: bool = True
   release_offsets: bool = False
   release_per_layer: bool = False
+  standalone: bool = True
   description: str = ""
 
   def __post_init__(self):
@@ -231,6 +253,7 @@ class Family:
       raise ValueError(f"family {self.name!r} acts in {self.acts!r} and needs {want}")
     for hook, present in [("a bias", self.bias is not None),
                           ("a normalize hook", self.normalize is not None),
+                          ("a logit scale", self.logit_scale is not None),
                           ("reads_input", self.reads_input)]:
       if present and self.acts != "attention":
         raise ValueError(f"family {self.name!r} acts in {self.acts!r}; only attention "
@@ -335,10 +358,21 @@ def weights_fn(family: Family, positions, params, ctx: Context, query_shape,
   return family.normalize(positions, params, ctx, query_shape, query_start)
 
 
+def logit_scale_of(family: Family, ctx: Context) -> Optional[float]:
+  """The family's constant factor on its logits, or None where it has none (or it is 1)."""
+  if family.logit_scale is None:
+    return None
+  scale = float(family.logit_scale(ctx))
+  return None if scale == 1.0 else scale
+
+
 def _sin_cos_term(positions, params, ctx: Context):
   del params
-  return enc.sinusoid(positions, ctx.d_model, ctx.settings["max_timescale"],
-                      per_axis=jnp.ndim(positions) == 2)
+  per_axis = jnp.ndim(positions) == 2
+  term = enc.sinusoid(positions, ctx.d_model, ctx.settings["max_timescale"], per_axis=per_axis)
+  if ctx.settings["sin_cos_interleaved"]:
+    term = enc.interleave_sin_cos(term, jnp.shape(positions)[-1] if per_axis else 1)
+  return term
 
 
 def _learned_params(ctx: Context) -> dict:
@@ -436,6 +470,70 @@ def _relative_scorer(positions, params, ctx: Context, query_shape, query_start):
   return score
 
 
+def causal_bias(positions, params, ctx: Context, query_shape, query_start):
+  """The causal mask as a bias [H, Tq, T]: 0 where p_j <= p_i, the float32 minimum
+  elsewhere (added to finite logits it stays far below them: the softmax gives 0)."""
+  del params, ctx
+  query_positions = query_rows(positions, query_start, query_shape[1])
+  allowed = positions[None, :] <= query_positions[:, None]  # [Tq, T]
+  bias = jnp.where(allowed, 0.0, jnp.finfo(jnp.float32).min).astype(jnp.float32)
+  return jnp.broadcast_to(bias[None], (query_shape[2], *bias.shape))
+
+
+def _shaw_max_distance(ctx: Context) -> int:
+  return int(ctx.settings["shaw_max_distance"]) or ctx.max_position - 1
+
+
+def _shaw_params(ctx: Context) -> dict:
+  """One [R, D] table of distances shared by the heads: R = K + 1 rows (distances -K..0)
+  when causal, 2K + 1 (-K..K) otherwise, K = shaw_max_distance (0: max_position - 1)."""
+  distance = _shaw_max_distance(ctx)
+  rows = distance + 1 if ctx.settings["shaw_causal"] else 2 * distance + 1
+  init = jax.nn.initializers.normal(ctx.settings["shaw_init_scale"])
+  return {"distance_table": ParamSpec((rows, ctx.head_size), init)}
+
+
+def _shaw_scorer(positions, params, ctx: Context, query_shape, query_start):
+  """Shaw et al. (2018), as Music Transformer's skew form computes it:
+  logits[i, j] = (q_i . k_j + q_i . E[K + clip(p_j - p_i, -K, K or 0)]) / sqrt(D).
+
+  A causal table has no rows for later keys: they read row K (distance 0) and are
+  masked by the family's bias.
+  """
+  table = params["distance_table"]  # [R, D]
+  causal = bool(ctx.settings["shaw_causal"])
+  distance = table.shape[0] - 1 if causal else (table.shape[0] - 1) // 2
+  query_positions = query_rows(positions, query_start, query_shape[1])
+  offsets = positions[None, :] - query_positions[:, None]  # [Tq, T]
+  index = jnp.clip(offsets, -distance, 0 if causal else distance) + distance
+  scale = 1.0 / math.sqrt(query_shape[3])
+
+  def score(q, k):
+    content = jnp.einsum("bthd,bshd->bhts", q, k)
+    per_row = jnp.einsum("bthd,rd->bhtr", q, table)  # [b, H, Tq, R]
+    relative = jnp.take_along_axis(per_row, index[None, None], axis=-1)  # [b, H, Tq, T]
+    return (content + relative) * scale
+
+  return score
+
+
+def _shaw_bias(positions, params, ctx: Context, query_shape, query_start):
+  if not ctx.settings["shaw_causal"]:
+    return None
+  return causal_bias(positions, params, ctx, query_shape, query_start)
+
+
+def _table_params(ctx: Context) -> dict:
+  rows = int(ctx.settings["table_rows"]) or ctx.max_position
+  init = jax.nn.initializers.normal(ctx.settings["table_init_scale"])  # Not truncated.
+  return {"table": ParamSpec((rows, ctx.d_model), init)}
+
+
+def _table_term(positions, params, ctx: Context):
+  del ctx
+  return enc.learned_lookup(params["table"], positions)
+
+
 def _geometric_params(ctx: Context) -> dict:
   """NDR's DirectionSensitiveGeometricAttention parameters (docs/geometric.md).
 
@@ -487,13 +585,19 @@ def register(family: Family) -> Family:
   return FAMILIES.register(family.name, family)
 
 
-family_names = FAMILIES.names
 get_family = FAMILIES.get
+
+
+def family_names() -> tuple[str, ...]:
+  """The standalone families (encodings of their own), in registry order."""
+  return tuple(f.name for f in FAMILIES if f.standalone)
 
 
 def _encodings() -> dict[str, Encoding]:
   table = {}
   for family in FAMILIES:
+    if not family.standalone:
+      continue
     table[family.name] = Encoding(family.name, family, "arange")
     if family.randomized_twin:
       table["randomized_" + family.name] = Encoding(
@@ -518,15 +622,16 @@ def get(name: str) -> Encoding:
 
 def families_accepting(floats: bool = False, per_axis: bool = False) -> tuple[str, ...]:
   """Names of the families that take float (or per-axis) positions."""
-  return tuple(f.name for f in FAMILIES
-               if (not floats or f.floats) and (not per_axis or f.per_axis))
+  return tuple(f.name for f in FAMILIES if f.standalone
+               and (not floats or f.floats) and (not per_axis or f.per_axis))
 
 
 _TIMESCALE = {"max_timescale": enc.DEFAULT_MAX_TIMESCALE}
 
 register(Family("none", "none", randomized_twin=False, per_axis=True,
                 description="no positional information"))
-register(Family("sin_cos", "embedding", term=_sin_cos_term, settings=_TIMESCALE,
+register(Family("sin_cos", "embedding", term=_sin_cos_term,
+                settings={**_TIMESCALE, "sin_cos_interleaved": False},
                 per_axis=True, description="sin/cos added to the embeddings (Vaswani et al.)"))
 register(Family("learned", "embedding", term=_learned_term, params=_learned_params,
                 settings={"learned_init_scale": 1.0}, floats=False,
@@ -545,3 +650,22 @@ register(Family("geometric", "attention", scorer=_geometric_scorer,
                 settings={"geometric_normalize": True},
                 description="geometric attention with directional encoding (Csordás et al., "
                             "NDR); docs/geometric.md"))
+
+# Parts a model composes (Ito et al.'s: `randomized_pe.models.ito`), not encodings of
+# their own: no randomized twins, not in `names()`.
+register(Family("table", "embedding", term=_table_term, params=_table_params,
+                settings={"table_rows": 0, "table_init_scale": 1.0}, floats=False,
+                randomized_twin=False, standalone=False,
+                description="a learned table of table_rows (0: max_position) rows, "
+                            "N(0, table_init_scale^2), not truncated"))
+register(Family("shaw", "attention", scorer=_shaw_scorer, bias=_shaw_bias, params=_shaw_params,
+                settings={"shaw_max_distance": 0, "shaw_causal": False,
+                          "shaw_init_scale": 1.0},
+                floats=False, randomized_twin=False, standalone=False,
+                description="Shaw et al. relative logits from a learned distance table, "
+                            "optionally causal"))
+register(Family("causal", "attention", scorer=_dot_scorer, bias=causal_bias,
+                logit_scale=lambda ctx: ctx.settings["causal_logit_scale"],
+                settings={"causal_logit_scale": 1.0}, randomized_twin=False, standalone=False,
+                description="no positions, causal attention (a mask as a bias), logits "
+                            "times causal_logit_scale"))

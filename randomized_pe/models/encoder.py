@@ -298,6 +298,10 @@ class MultiHeadAttention(hk.Module):
         bias = family.bias(positions, params, ctx, q.shape, query_start)  # [H, Tq, T]
       if family.normalize is not None:
         weights_fn = family.normalize(positions, params, ctx, q.shape, query_start)
+      family_scale = families.logit_scale_of(family, ctx)  # None for the listed families.
+      if family_scale is not None:
+        logit_scale = (jnp.full((batch,), family_scale, jnp.float32) if logit_scale is None
+                       else logit_scale * family_scale)
       if family.reads_input:
         query_input = (x if num_queries == length
                        else families.query_rows(x, query_start, num_queries, axis=1))

@@ -20,19 +20,21 @@ Shape glossary: B batch, T = 16 cells (grid_size ** 2), M d_model (160), F mlp_s
 (6: blank, four shapes, the probe), R rows of a relative-distance table.
 
 Encodings are entries of `ENCODINGS` (one record each: `ItoEncoding`); the model reads a
-record's fields and never tests an encoding's name. The sinusoids and RoPE are the
-library's pure functions (`randomized_pe.encodings`), rearranged into the original's
-interleaved layout. This model keeps its own registry rather than entries of
-`randomized_pe.families` because its encodings act differently: additive terms enter at
-every block (not once), and the attention variants change the projections (biases,
-no output projection), the mask (causal) and the logit scale, which a family cannot.
+record's fields and never tests an encoding's name. Each names a family of the core's
+registry (`randomized_pe.families`) and the settings this model gives it: the sinusoids
+are `sin_cos` in the original's interleaved layout (2-D through its per-axis positions),
+RoPE is `rope`, the learned and frozen matrices are `table`, Shaw's relative logits are
+`shaw` (its causal mask a bias), c-NoPE is `causal` (the mask a bias, its x100 a logit
+scale). What stays here is how this model uses a family: an embedding family's term
+enters at every block (not once), and each variant has its own projections (biases, no
+output projection), as the original's three attention modules. The shared layers
+(parameter creation, layer norm, dropout, initialisers) are `randomized_pe.models.layers`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Optional
 
 import chex
 import haiku as hk
@@ -47,7 +49,6 @@ from randomized_pe import registry
 from randomized_pe import samplers as samplers_lib
 from randomized_pe.models import layers
 
-_MASKED = jnp.finfo(jnp.float32).min
 
 
 # The initialisers: PyTorch's defaults (`layers.torch_uniform`, `layers.xavier_uniform`)
@@ -59,20 +60,9 @@ zeros = jax.nn.initializers.zeros
 
 
 # --------------------------------------------------------------------------
-# Position terms (pure functions; the original's layouts).
+# Position terms (the core's `sin_cos` family in the original's interleaved layout).
 
-
-def interleave_sin_cos(features: jax.Array, num_axes: int = 1) -> jax.Array:
-  """[..., M] from `enc.sinusoid` (per axis: sines, then cosines) -> the original's
-  interleaved layout (per axis: sin w_0, cos w_0, sin w_1, cos w_1, ...).
-
-  A fixed permutation of the features; it matters only when two encodings are compared
-  feature by feature (the 1d / 2d cosine of 0.72) or added to the same embeddings.
-  """
-  *lead, dim = features.shape
-  half = dim // num_axes // 2
-  per_axis = features.reshape(*lead, num_axes, 2, half)  # [..., axis, sin|cos, frequency]
-  return jnp.swapaxes(per_axis, -1, -2).reshape(*lead, dim)
+interleave_sin_cos = enc.interleave_sin_cos
 
 
 def raster_sinusoid(positions, dim: int, max_timescale: float = enc.DEFAULT_MAX_TIMESCALE):
@@ -98,55 +88,6 @@ def grid_positions(columns, rows) -> jax.Array:
   size = columns.shape[0]
   cells = jnp.arange(size * size)
   return jnp.stack([columns[cells % size], rows[cells // size]], axis=-1)
-
-
-# --------------------------------------------------------------------------
-# Attention scorers (pure functions): (positions, params, config) -> score_fn(q, k),
-# score_fn: queries [b, T, H, D], keys [b, T, H, D] -> logits [b, H, T, T], scaled.
-
-
-def _rope_scorer(positions, params, config: "ItoConfig"):
-  """RoPE as the original `RotaryPE2`: interleaved pairs over the whole head, 1-D positions."""
-  del params
-  timescale = config.max_timescale
-  return lambda q, k: attn_lib.dot_scores(enc.apply_rope(q, positions, timescale),
-                                          enc.apply_rope(k, positions, timescale))
-
-
-def relative_offset_index(length: int) -> np.ndarray:
-  """int [T, T]: the row of a distance table for the pair (query i, key j): T - 1 + j - i.
-
-  A causal table has T rows (distances -(T-1)..0; entries j > i point past the table and
-  are masked); a bidirectional one has 2T - 1.
-  """
-  cells = np.arange(length)
-  return cells[None, :] - cells[:, None] + length - 1
-
-
-def _relative_scorer(positions, params, config: "ItoConfig"):
-  """Shaw et al. as the original (Music Transformer's skew form, `RelativeGlobalAttention`).
-
-  logits[i, j] = (q_i . k_j + q_i . E[T - 1 + j - i]) / sqrt(D), E one [R, D] table per
-  block shared by the heads; the causal mask (the original's) is applied by the model.
-  """
-  del positions
-  table = params["distance_table"]  # [R, D]
-  length = config.num_cells
-  index = jnp.asarray(np.minimum(relative_offset_index(length), table.shape[0] - 1))
-  scale = 1.0 / math.sqrt(config.head_size)
-
-  def score(q, k):
-    content = jnp.einsum("bthd,bshd->bhts", q, k)
-    per_row = jnp.einsum("bthd,rd->bhtr", q, table)  # [b, H, T, R]
-    relative = jnp.take_along_axis(per_row, index[None, None], axis=-1)  # [b, H, T, T]
-    return (content + relative) * scale
-
-  return score
-
-
-def _relative_params(config: "ItoConfig") -> dict:
-  rows = config.num_cells if config.relative_causal else 2 * config.num_cells - 1
-  return {"distance_table": families.ParamSpec((rows, config.head_size), normal(1.0))}
 
 
 # --------------------------------------------------------------------------
@@ -180,27 +121,31 @@ SEPARATE_NO_OUTPUT = Projections(packed=False, qkv_bias=True, qkv_init="linear",
 
 
 # --------------------------------------------------------------------------
-# The encodings.
+# The encodings: each is a family of the core registry (`randomized_pe.families`) with
+# the settings this model gives it, and how this model uses it.
 
 
 @dataclasses.dataclass(frozen=True)
 class ItoEncoding:
   """One encoding of the paper: how positions enter Ito's Transformer.
 
+  The positional computation is a family of `randomized_pe.families` (its term, scorer,
+  bias, logit scale and parameters); this record says which, with which settings, and
+  what this model does around it.
+
   Attributes:
     name: registry name (`model.pe`).
     description: one line.
-    term: (positions, params, config) -> [T, M], added to the input of every block; None
-      for encodings that act in the attention (or not at all).
-    params: config -> {name: families.ParamSpec}, created once per block (one table each).
+    family: the core family's name (`families.get_family`). An embedding family's term
+      is added to the input of every block (its parameters: one set per block); an
+      attention family's scorer, bias and logit scale make the block's logits.
+    settings: config -> the family's settings ({setting: value}); the others take the
+      family's defaults.
     frozen: the per-block params are not trained (the `random` encoding): the forward
       pass stops their gradient, and `frozen_mask` marks them for the optimizer.
     term_dropout: the original's Dropout(fixed_pe_dropout) on h + PE (its sinusoid PE
       modules carry one; the others do not).
     projections: the attention module's projections.
-    scorer: (positions, params, config) -> score_fn; None: q.k / sqrt(D).
-    causal: config -> whether attention is causal (key j <= query i).
-    logit_scale: config -> factor on the logits (c-nope's x100 sharpening).
     positions: what `positions` are: "raster" ([T], cell index), "grid" ([T, 2], (col,
       row)) or "none" (unused, or table rows: only arange).
     sampler: the training position sampler by default (`randomized_pe.samplers`).
@@ -208,14 +153,11 @@ class ItoEncoding:
 
   name: str
   description: str
-  term: Optional[Callable[..., jax.Array]] = None
-  params: Callable[["ItoConfig"], dict] = lambda config: {}
+  family: str = "none"
+  settings: Callable[["ItoConfig"], dict] = lambda config: {}
   frozen: bool = False
   term_dropout: bool = False
   projections: Projections = TORCH_MHA
-  scorer: Optional[Callable[..., Callable]] = None
-  causal: Callable[["ItoConfig"], bool] = lambda config: False
-  logit_scale: Callable[["ItoConfig"], float] = lambda config: 1.0
   positions: str = "none"
   sampler: str = "arange"
 
@@ -224,6 +166,34 @@ class ItoEncoding:
     """Whether positions other than arange mean anything (sinusoids and RoPE only)."""
     return self.positions in ("raster", "grid")
 
+  @property
+  def core_family(self) -> families.Family:
+    return families.get_family(self.family)
+
+  def params(self, config: "ItoConfig") -> dict:
+    """{name: families.ParamSpec}: the family's parameters in this model."""
+    return self.core_family.params(config.context)
+
+  @property
+  def term(self) -> Optional[Callable[..., jax.Array]]:
+    """(positions, params, config) -> [T, M], the term added at every block; None for
+    encodings that act in the attention (or not at all)."""
+    family = self.core_family
+    if family.acts != "embedding":
+      return None
+    return lambda positions, params, config: family.term(positions, params, config.context)
+
+  @property
+  def scorer(self) -> Optional[Callable[..., Callable]]:
+    """(positions, params, config) -> score_fn(q, k) -> [b, H, T, T], the family's logits
+    of all T queries before its bias and logit scale (for tests and analyses); None for
+    encodings whose attention is plain."""
+    family = self.core_family
+    if family.acts != "attention":
+      return None
+    return lambda positions, params, config: (
+        lambda q, k: family.scorer(positions, params, config.context, q.shape, 0)(q, k))
+
 
 ENCODINGS: registry.Registry[ItoEncoding] = registry.Registry("Ito encoding")
 names = ENCODINGS.names
@@ -231,49 +201,52 @@ get = ENCODINGS.get
 
 
 def register(encoding: ItoEncoding) -> ItoEncoding:
-  """Adds an encoding (a name may be registered once)."""
+  """Adds an encoding (a name may be registered once); its family must be in the core's."""
+  families.get_family(encoding.family)  # Raises, listing the families, if it is not.
   return ENCODINGS.register(encoding.name, encoding)
 
 
-def _table_params(stddev_of: Callable[["ItoConfig"], float]):
-  return lambda config: {"table": families.ParamSpec((config.num_cells, config.d_model),
-                                                     normal(stddev_of(config)))}
+def _sin_cos(config: "ItoConfig") -> dict:
+  # The original's interleaved layout; grid positions [T, 2] take the per-axis path.
+  return {"max_timescale": config.max_timescale, "sin_cos_interleaved": True}
 
 
-def _table_term(positions, params, config):
-  del positions, config
-  return params["table"]  # [T, M]
+def _table(stddev_of: Callable[["ItoConfig"], float]):
+  # One [T, M] table per block, N(0, σ^2), read at the cells 0..T-1.
+  return lambda config: {"table_rows": config.num_cells, "table_init_scale": stddev_of(config)}
 
 
 register(ItoEncoding(
     "1d_fixed", "sin/cos of the raster index t = 4 row + col (Vaswani), interleaved",
-    term=lambda p, params, c: raster_sinusoid(p, c.d_model, c.max_timescale),
-    term_dropout=True, positions="raster"))
+    family="sin_cos", settings=_sin_cos, term_dropout=True, positions="raster"))
 register(ItoEncoding(
     "2d_fixed", "sin/cos of (col, row), half the features each (the paper's ground truth)",
-    term=lambda p, params, c: grid_sinusoid(p, c.d_model, c.max_timescale),
-    term_dropout=True, positions="grid"))
+    family="sin_cos", settings=_sin_cos, term_dropout=True, positions="grid"))
 register(ItoEncoding(
     "learn", "a learned [T, M] matrix per block, initialised N(0, pe_sigma^2)",
-    term=_table_term, params=_table_params(lambda c: c.pe_sigma)))
+    family="table", settings=_table(lambda c: c.pe_sigma)))
 register(ItoEncoding(
     "random", "a frozen N(0, 1) [T, M] matrix per block (not Ruoss et al.'s positions)",
-    term=_table_term, params=_table_params(lambda c: 1.0), frozen=True))
+    family="table", settings=_table(lambda c: 1.0), frozen=True))
 register(ItoEncoding(
     "relative", "Shaw et al. relative logits, a learned distance table per block, causal",
-    params=_relative_params, projections=SEPARATE_NO_OUTPUT, scorer=_relative_scorer,
-    causal=lambda c: c.relative_causal))
+    family="shaw", settings=lambda c: {"shaw_max_distance": c.num_cells - 1,
+                                       "shaw_causal": c.relative_causal,
+                                       "shaw_init_scale": 1.0},
+    projections=SEPARATE_NO_OUTPUT))
 register(ItoEncoding(
     "rope", "rotary embeddings over the whole head, raster positions 0..15",
-    projections=BIAS_FREE, scorer=_rope_scorer, positions="raster"))
+    family="rope", settings=lambda c: {"max_timescale": c.max_timescale},
+    projections=BIAS_FREE, positions="raster"))
 register(ItoEncoding("nope", "no positional information, bidirectional attention"))
 register(ItoEncoding(
     "c_nope", "no positional encoding, causal attention (logits x c_nope_logit_scale)",
-    projections=BIAS_FREE, causal=lambda c: True, logit_scale=lambda c: c.c_nope_logit_scale))
+    family="causal", settings=lambda c: {"causal_logit_scale": c.c_nope_logit_scale},
+    projections=BIAS_FREE))
 register(ItoEncoding(
     "randomized_2d", "2d_fixed fed sorted random row and column positions from [0, L)",
-    term=lambda p, params, c: grid_sinusoid(p, c.d_model, c.max_timescale),
-    term_dropout=True, positions="grid", sampler="randomized"))
+    family="sin_cos", settings=_sin_cos, term_dropout=True, positions="grid",
+    sampler="randomized"))
 
 
 # --------------------------------------------------------------------------
@@ -364,6 +337,19 @@ class ItoConfig:
     return get(self.pe)
 
   @property
+  def family(self) -> families.Family:
+    """The core family of the encoding (`randomized_pe.families`)."""
+    return self.encoding.core_family
+
+  @property
+  def context(self) -> families.Context:
+    """What the encoding's family reads about this model: its sizes and the settings the
+    encoding gives it."""
+    return families.Context(d_model=self.d_model, num_heads=self.num_heads,
+                            head_size=self.head_size, max_position=self.max_position,
+                            settings=self.encoding.settings(self))
+
+  @property
   def num_cells(self) -> int:
     return self.grid_size * self.grid_size
 
@@ -431,33 +417,14 @@ class TorchLinear(hk.Module):
 
 
 class Attention(hk.Module):
-  """Self-attention of one block, in the variant its encoding declares."""
+  """Self-attention of one block: its projections as the encoding declares, its logits
+  and weights as the encoding's core family gives them (`randomized_pe.families`: scorer,
+  bias, logit scale, normalisation) through `randomized_pe.attention`, as the encoder's
+  `MultiHeadAttention` does."""
 
   def __init__(self, config: ItoConfig, name: Optional[str] = None):
     super().__init__(name=name)
     self._config = config
-
-  def score_fn(self, positions):
-    """The block's logits function (creating its parameters): (q, k) -> [b, H, T, T]."""
-    config, encoding = self._config, self._config.encoding
-    if encoding.scorer is None:
-      base = attn_lib.dot_scores
-    else:
-      base = encoding.scorer(positions, layers.get_params(encoding.params(config)), config)
-    scale = float(encoding.logit_scale(config))
-    causal = encoding.causal(config)
-    length = config.num_cells
-    allowed = jnp.asarray(np.tril(np.ones((length, length), bool)))  # [T, T], key j <= query i
-
-    def score(q, k):
-      logits = base(q, k)
-      if scale != 1.0:
-        logits = logits * scale
-      if causal:
-        logits = jnp.where(allowed, logits, _MASKED)
-      return logits
-
-    return score
 
   def __call__(self, x, positions, key_mask=None, return_weights: bool = False):
     """x [B, T, M] -> [B, T, M] (and the attention weights [B, H, T, T] if asked)."""
@@ -476,8 +443,24 @@ class Attention(hk.Module):
       q, k, v = (TorchLinear(width, projections.qkv_bias, name=n)(x)
                  for n in ("query", "key", "value"))
     q, k, v = (y.reshape(batch, length, heads, head_size) for y in (q, k, v))  # [B, T, H, D]
-    score = self.score_fn(positions)
-    out = attn_lib.attention(q, k, v, score, key_mask, chunk_rows=config.attention_chunk_rows)
+    family = config.family
+    score, bias, logit_scale, weights_fn, query_input = attn_lib.dot_scores, None, None, None, None
+    if family.acts == "attention":
+      ctx = config.context
+      params = layers.get_params(family.params(ctx))  # After the projections' (init order).
+      score = family.scorer(positions, params, ctx, q.shape, 0)
+      if family.bias is not None:
+        bias = family.bias(positions, params, ctx, q.shape, 0)  # [H, T, T] or None
+      scale = families.logit_scale_of(family, ctx)
+      if scale is not None:
+        logit_scale = jnp.full((batch,), scale, jnp.float32)
+      if family.normalize is not None:
+        weights_fn = family.normalize(positions, params, ctx, q.shape, 0)
+      if family.reads_input:
+        query_input = x
+    out = attn_lib.attention(q, k, v, score, key_mask, bias=bias, logit_scale=logit_scale,
+                             chunk_rows=config.attention_chunk_rows, weights_fn=weights_fn,
+                             query_input=query_input)
     out = out.reshape(batch, length, width)  # [B, T, M]
     if projections.output == "mha":
       out = TorchLinear(width, b_init=zeros, name="output")(out)
@@ -485,8 +468,9 @@ class Attention(hk.Module):
       out = TorchLinear(width, with_bias=False, name="output")(out)
     if not return_weights:
       return out
-    logits = score(q, k)  # Recomputed only for analyses: [B, H, T, T].
-    return out, attn_lib.attention_weights(logits, key_mask)
+    # Recomputed only for analyses: [B, H, T, T].
+    logits = attn_lib.attention_logits(q, k, score, bias, logit_scale, False, query_input)
+    return out, attn_lib.attention_weights(logits, key_mask, weights_fn)
 
 
 class ItoTransformer(hk.Module):
@@ -533,15 +517,16 @@ class ItoTransformer(hk.Module):
       h = h + embedding_noise
     drop = (encoding.term_dropout and config.fixed_pe_dropout > 0
             and (is_training or config.dropout_at_evaluation))
+    family, ctx = config.family, config.context
     weights = []
     for layer in range(config.num_layers):
       with hk.experimental.name_scope(f"block_{layer}"):
         e = h
-        if encoding.term is not None:
-          params = layers.get_params(encoding.params(config))
+        if family.acts == "embedding":  # The core family's term, at every block.
+          params = layers.get_params(family.params(ctx))
           if encoding.frozen:
             params = jax.lax.stop_gradient(params)
-          e = e + encoding.term(positions, params, config)[None]  # [B, T, M]
+          e = e + family.term(positions, params, ctx)[None]  # [B, T, M]
         if drop:  # Drawn as [B, T, M].
           e = layers.dropout(e, config.fixed_pe_dropout)
         attention = Attention(config, name="attention")
@@ -586,8 +571,12 @@ def frozen_mask(params, pe: str) -> Any:
   they are; an optimizer with weight decay must skip them (optax's `mask=` takes the
   negation), as PyTorch's AdamW skips parameters that have no gradient.
   """
-  frozen = get(pe).frozen
-  return {module: {name: frozen and name == "table" and module.split("/")[-1].startswith("block_")
+  encoding = get(pe)
+  # The family's term parameters (created in the blocks); an attention family's live in
+  # the blocks' attention modules.
+  frozen = (set(families.get_family(encoding.family).params(ItoConfig(pe=pe).context))
+            if encoding.frozen else set())
+  return {module: {name: name in frozen and module.split("/")[-1].startswith("block_")
                    for name in values} for module, values in params.items()}
 
 
@@ -661,16 +650,15 @@ class ItoModel:
 
   def position_terms(self, params, positions=None) -> jax.Array:
     """The additive term of every block, [N, T, M] (zeros for attention encodings)."""
-    config, encoding = self.config, self.config.encoding
+    config, family, ctx = self.config, self.config.family, self.config.context
     positions = config.default_positions() if positions is None else jnp.asarray(positions)
     terms = []
     for layer in range(config.num_layers):
-      if encoding.term is None:
+      if family.acts != "embedding":
         terms.append(jnp.zeros((config.num_cells, config.d_model)))
         continue
-      block = {name: params[f"ito/block_{layer}"][name]
-               for name in encoding.params(config)} if encoding.params(config) else {}
-      terms.append(encoding.term(positions, block, config))
+      block = {name: params[f"ito/block_{layer}"][name] for name in family.params(ctx)}
+      terms.append(family.term(positions, block, ctx))
     return jnp.stack(terms)
 
   def frozen_mask(self, params):
