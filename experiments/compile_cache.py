@@ -96,6 +96,10 @@ def enable(setting: str = "", min_compile_seconds: float = MIN_COMPILE_SECONDS,
     _listening = True
   folder = resolve(setting)
   _folder = folder
+  # JAX settles its cache's folder and whether it is used at the first compile of the
+  # process; forgetting that makes a second call (tests switching folders) take effect.
+  from jax.experimental.compilation_cache import compilation_cache  # pylint: disable=import-outside-toplevel
+  compilation_cache.reset_cache()
   _executables = os.path.join(folder, EXECUTABLES) if folder is not None and executables else None
   if folder is None:
     jax.config.update("jax_enable_compilation_cache", False)

@@ -77,10 +77,19 @@ def test_a_second_process_with_a_warm_cache_traces_and_compiles_nothing(tmp_path
 
 @pytest.fixture
 def executables(tmp_path, monkeypatch):
-  """Turns the executable layer on, in a fresh folder, for one test."""
+  """Turns the executable layer on, in a fresh folder, for one test, with JAX's own cache
+  off: on a loaded machine a tiny program can take over the suite's 0.2 s to compile and
+  land in JAX's cache, and a program JAX loads from its cache is (rightly) not kept
+  whole, which these tests would misread as a failure to write (they failed so under
+  load). The test of that rule turns JAX's cache on itself."""
+  suite_folder = os.environ.get(compile_cache.ENV, "off")
+  monkeypatch.setenv(compile_cache.ENV, suite_folder)  # enable() exports its folder.
+  compile_cache.enable("off")
   folder = tmp_path / "executables"
   monkeypatch.setattr(compile_cache, "_executables", str(folder))
-  return folder
+  yield folder
+  # Back to the suite's settings (tests/conftest.py): JAX's cache only, in its folder.
+  compile_cache.enable(suite_folder, min_compile_seconds=0.2, executables=False)
 
 
 def _counting_program(key, traces, donate=()):
