@@ -288,6 +288,24 @@ def release_sampler(family: Family, sampler: samplers_lib.Sampler,
   return sampler
 
 
+def samplers_of(training: str, evaluation: str, default: str
+                ) -> tuple[samplers_lib.Sampler, samplers_lib.Sampler]:
+  """A model's (training, evaluation) samplers from its config, as every model resolves them.
+
+  Args:
+    training: training.positions; "" takes `default` (the encoding's own sampler).
+    evaluation: evaluation.positions; "" takes the training sampler's evaluation default
+      (for the built-in integer samplers the training sampler itself; `linspace` for the
+      equal-mean ones).
+    default: the encoding's training sampler (arange, or randomized for its twin).
+
+  Raises:
+    ValueError: an unknown sampler name (listing the valid ones).
+  """
+  train = samplers_lib.get(training or default)
+  return train, samplers_lib.get(evaluation or train.evaluation or train.name)
+
+
 def draws_per_layer(family: Family, sampler: samplers_lib.Sampler,
                     behaviour: release_lib.Behaviour) -> bool:
   """Whether every layer gets its own draw (release item 2)."""

@@ -173,3 +173,24 @@ def test_the_encoder_applies_a_familys_logit_scale():
       families.FAMILIES.unregister(family.name)
   np.testing.assert_allclose(out["scaled3"], out["tripled"], atol=1e-6)
   assert np.abs(out["scaled3"] - out["none"]).max() > 1e-3
+
+
+# --------------------------------------------------------------------------
+# One sampler resolution for both models.
+
+
+@pytest.mark.parametrize("training,evaluation", [("", ""), ("randomized", ""),
+                                                 ("equal_mean_exponential", ""),
+                                                 ("randomized", "evenly_spaced")])
+def test_both_models_resolve_samplers_the_same_way(training, evaluation):
+  train, test = families.samplers_of(training, evaluation, "arange")
+  assert train.name == (training or "arange")
+  assert test.name == (evaluation or {"equal_mean_exponential": "linspace"}.get(training)
+                       or train.name)
+  for pe, default in (("randomized_2d", "randomized"), ("1d_fixed", "arange")):
+    config = ito.ItoConfig(pe=pe, positions=training, eval_positions=evaluation)
+    assert (config.train_sampler, config.eval_sampler) == families.samplers_of(
+        training, evaluation, default)
+  config = encoder_lib.EncoderConfig(vocab_size=5, pe="rope", positions=training,
+                                     eval_positions=evaluation)
+  assert (config.train_sampler, config.eval_sampler) == (train, test)

@@ -191,13 +191,11 @@ class EncoderConfig:
 
   @property
   def train_sampler(self) -> samplers_lib.Sampler:
-    return samplers_lib.get(self.positions or self.encoding.sampler)
+    return families.samplers_of(self.positions, "", self.encoding.sampler)[0]
 
   @property
   def eval_sampler(self) -> samplers_lib.Sampler:
-    if self.eval_positions:
-      return samplers_lib.get(self.eval_positions)
-    return samplers_lib.get(self.train_sampler.evaluation or self.train_sampler.name)
+    return families.samplers_of(self.positions, self.eval_positions, self.encoding.sampler)[1]
 
   @property
   def head_size(self) -> int:

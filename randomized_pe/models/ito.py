@@ -359,13 +359,11 @@ class ItoConfig:
 
   @property
   def train_sampler(self) -> samplers_lib.Sampler:
-    return samplers_lib.get(self.positions or get(self.pe).sampler)
+    return families.samplers_of(self.positions, "", get(self.pe).sampler)[0]
 
   @property
   def eval_sampler(self) -> samplers_lib.Sampler:
-    if self.eval_positions:
-      return samplers_lib.get(self.eval_positions)
-    return samplers_lib.get(self.train_sampler.evaluation or self.train_sampler.name)
+    return families.samplers_of(self.positions, self.eval_positions, get(self.pe).sampler)[1]
 
   def default_positions(self) -> jax.Array:
     """The unsampled positions: [T] cell indices, or [T, 2] (col, row) for grids."""
