@@ -63,7 +63,7 @@ NOISE_SDS = (0.02, 0.04, 0.06, 0.08, 0.10)  # The paper's (Fig. 5).
 REFERENCE = "2d_fixed"
 PAIRINGS = ("all", "same_seed")
 SPLIT = "validation"
-# The optimizer settings of the paper's runs (latin_square/data/paper_results.json):
+# The optimizer settings of the paper's runs (experiments/paper_numbers/ito2024_results.json):
 # name -> (optimizer, learning rate, weight decay). The main results are "adam".
 PROTOCOLS = {"adam": ("adam", 1e-4, 0.0), "sgd": ("sgd", 1e-3, 0.0),
              "adamw": ("adamw", 1e-4, 0.1)}
