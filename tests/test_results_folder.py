@@ -17,7 +17,10 @@ from tests.test_training import tiny_config
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
 # results/<folder> -> the sweep config that made it and its config arguments (the folder
 # the README's commands name).
-COMMITTED = {"cpu_study": ("configs.cpu_study", ("A", "B"))}
+COMMITTED = {"cpu_study": ("configs.cpu_study", ("A", "B")),
+             "table1_cpu": ("configs.table1", ("scale=cpu",)),
+             "su_cpu": ("configs.su", ("scale=cpu",)),
+             "table3_cpu": ("configs.table3", ("scale=cpu",))}
 SMALL_FILES = {"config.json", "eval.json", "metrics.jsonl"}
 
 
