@@ -79,3 +79,14 @@ def test_torch_initialisers_bounds():
   assert 0.075 < float(jnp.max(jnp.abs(w))) <= 1 / np.sqrt(160)
   w = layers.xavier_uniform(160, 480)(jax.random.PRNGKey(0), (160, 480))
   assert 0.09 < float(jnp.max(jnp.abs(w))) <= np.sqrt(6 / 640)
+
+
+def test_both_model_wrappers_share_the_protocol_methods():
+  for cls in (encoder_lib.EncoderModel, ito.ItoModel):
+    assert issubclass(cls, layers.TransformedModel)
+    for method in ("__post_init__", "init", "attention_logits_per_sequence"):
+      assert method not in vars(cls), f"{cls.__name__} defines its own {method}"
+  model = ito.ItoModel(ito.ItoConfig(num_heads=2, d_model=16, mlp_size=32, num_layers=1), 4)
+  assert model.attention_logits_per_sequence(16) == 2 * 16 * 16
+  params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 16), jnp.int32))
+  assert "ito/embed" in params

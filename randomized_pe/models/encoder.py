@@ -483,22 +483,17 @@ def make_encoder(config: EncoderConfig, output_size: int) -> hk.Transformed:
 
 
 @dataclasses.dataclass(frozen=True)
-class EncoderModel:
+class EncoderModel(layers_lib.TransformedModel):
   """The encoder behind the model protocol of `randomized_pe.models`."""
 
   config: EncoderConfig
   output_size: int
-
-  def __post_init__(self):
-    object.__setattr__(self, "_net", make_encoder(self.config, self.output_size))
+  make_network = staticmethod(make_encoder)
 
   @property
   def description(self) -> str:
     c = self.config
     return f"encoding {c.pe} ({c.compat} semantics)"
-
-  def init(self, key, tokens):
-    return self._net.init(key, tokens)
 
   def apply(self, params, key, tokens, positions=None, *, is_training=False, key_mask=None,
             num_outputs=None, outputs_from=None, intermediates=False):
@@ -510,10 +505,6 @@ class EncoderModel:
 
   def sample_positions(self, key, length, *, padded_length=None, evaluation=False):
     return self.config.sample_positions(key, length, padded_length, evaluation)
-
-  def attention_logits_per_sequence(self, length: int) -> int:
-    """Cost hint: attention logits one sequence of `length` tokens holds in one layer."""
-    return self.config.num_heads * length * length
 
   def check_sequence_length(self, length: int, what: str = "") -> None:
     """Sampled positions are distinct in [0, max_position): no longer sequences."""

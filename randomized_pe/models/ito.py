@@ -592,7 +592,7 @@ def parameter_count(params, mask=None, trainable_only: bool = True) -> int:
 
 
 @dataclasses.dataclass(frozen=True)
-class ItoModel:
+class ItoModel(layers.TransformedModel):
   """Ito's Transformer behind the model protocol of `randomized_pe.models`.
 
   Differences from the protocol's assumptions (docs/ito.md): the sequence length is
@@ -603,18 +603,13 @@ class ItoModel:
 
   config: ItoConfig
   output_size: int
-
-  def __post_init__(self):
-    object.__setattr__(self, "_net", make_network(self.config, self.output_size))
+  make_network = staticmethod(make_network)
 
   @property
   def description(self) -> str:
     c = self.config
     extra = f", σ={c.pe_sigma:g}" if c.pe == "learn" else ""
     return f"Ito et al. 2024 Transformer, encoding {c.pe}{extra}"
-
-  def init(self, key, tokens):
-    return self._net.init(key, tokens)
 
   def apply(self, params, key, tokens, positions=None, *, is_training=False, key_mask=None,
             num_outputs=None, outputs_from=None, intermediates=False, embedding_noise=None):
@@ -673,9 +668,6 @@ class ItoModel:
       raise ValueError(f"the ito model takes no padding (length {length}, padded_length "
                        f"{padded_length})")
     return self.config.sample_positions(key, evaluation)
-
-  def attention_logits_per_sequence(self, length: int) -> int:
-    return self.config.num_heads * length * length
 
   def check_sequence_length(self, length, what: str = "") -> None:
     """The grid has exactly grid_size^2 cells: no other length."""

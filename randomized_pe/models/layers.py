@@ -82,3 +82,27 @@ def xavier_uniform(fan_in: int, fan_out: int) -> Callable[..., jax.Array]:
   """U(±sqrt(6 / (fan_in + fan_out))): torch.nn.MultiheadAttention's packed in-projection."""
   bound = math.sqrt(6.0 / (fan_in + fan_out))
   return lambda key, shape, dtype=jnp.float32: jax.random.uniform(key, shape, dtype, -bound, bound)
+
+
+# --------------------------------------------------------------------------
+# The model wrapper's shared methods (the protocol of `randomized_pe.models`).
+
+
+class TransformedModel:
+  """What both models' wrappers share: a frozen dataclass with fields `config` and
+  `output_size` whose network, `make_network(config, output_size)` (an hk.Transformed),
+  is built once; `init`; and the attention cost hint (H logits per query and key).
+  Subclasses set `make_network` and add `apply`, `sample_positions`, ..."""
+
+  make_network: Callable[..., hk.Transformed]
+
+  def __post_init__(self):
+    object.__setattr__(self, "_net", type(self).make_network(self.config, self.output_size))
+
+  def init(self, key, tokens):
+    """Parameters for token batches like `tokens` (int [B, T])."""
+    return self._net.init(key, tokens)
+
+  def attention_logits_per_sequence(self, length: int) -> int:
+    """Cost hint: attention logits one sequence of `length` tokens holds in one layer."""
+    return self.config.num_heads * length * length
