@@ -384,6 +384,54 @@ def logit_scale_of(family: Family, ctx: Context) -> Optional[float]:
   return None if scale == 1.0 else scale
 
 
+def attend(family: Family, positions, params, ctx: Context, q: jax.Array, k: jax.Array,
+           v: jax.Array, key_mask=None, *, query_start=0, logit_scale=None,
+           scale_bias: bool = False, chunk_rows: Optional[int] = None, query_input=None,
+           return_weights: bool = False):
+  """Attention of q over k, v as the family makes it: its scorer (plain scaled dot
+  products for a family that does not act in the attention), bias, logit scale and
+  normalisation, through `randomized_pe.attention`. Every model's attention module calls
+  this between its projections (each creates the family's `params` itself).
+
+  Args:
+    family, positions, params, ctx: the family, the positions [T] (or [T, k]), the
+      parameters it declared (created by the model), the model's context.
+    q: [B, Tq, H, D] queries at positions query_start .. query_start + Tq - 1 (may be
+      traced); k, v: [B, T, H, D].
+    key_mask: optional bool [B, T].
+    logit_scale: optional float [B], a per-sequence factor (log-n scaling); the family's
+      own factor (`Family.logit_scale`) multiplies it.
+    scale_bias: whether logit_scale also multiplies the family's bias.
+    chunk_rows: batch rows per chunk (`attention.attention`).
+    query_input: the layer input at the query rows [B, Tq, M], for families that read it.
+    return_weights: also return the attention weights [B, H, Tq, T] (computed beside the
+      output from the same logits; the output is computed as without the option).
+
+  Returns:
+    [B, Tq, H, D] (and the weights with return_weights).
+  """
+  score, bias, normalize = attn_lib.dot_scores, None, None
+  if family.acts == "attention":
+    score = family.scorer(positions, params, ctx, q.shape, query_start)
+    if family.bias is not None:
+      bias = family.bias(positions, params, ctx, q.shape, query_start)  # [H, Tq, T] or None
+    if family.normalize is not None:
+      normalize = family.normalize(positions, params, ctx, q.shape, query_start)
+    factor = logit_scale_of(family, ctx)
+    if factor is not None:
+      logit_scale = (jnp.full((q.shape[0],), factor, jnp.float32) if logit_scale is None
+                     else logit_scale * factor)
+  if not family.reads_input:
+    query_input = None
+  out = attn_lib.attention(q, k, v, score, key_mask, bias=bias, logit_scale=logit_scale,
+                           scale_bias=scale_bias, chunk_rows=chunk_rows, weights_fn=normalize,
+                           query_input=query_input)
+  if not return_weights:
+    return out
+  logits = attn_lib.attention_logits(q, k, score, bias, logit_scale, scale_bias, query_input)
+  return out, attn_lib.attention_weights(logits, key_mask, normalize)
+
+
 def _sin_cos_term(positions, params, ctx: Context):
   del params
   per_axis = jnp.ndim(positions) == 2

@@ -90,3 +90,20 @@ def test_both_model_wrappers_share_the_protocol_methods():
   assert model.attention_logits_per_sequence(16) == 2 * 16 * 16
   params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 16), jnp.int32))
   assert "ito/embed" in params
+
+
+def test_both_attention_modules_attend_through_the_family(monkeypatch):
+  calls, original = [], families.attend
+
+  def spy(family, *args, **kwargs):
+    calls.append(family.name)
+    return original(family, *args, **kwargs)
+
+  monkeypatch.setattr(families, "attend", spy)
+  tokens = jnp.zeros((1, 16), jnp.int32)
+  ito.ItoModel(ito.ItoConfig(pe="c_nope", d_model=16, mlp_size=32, num_layers=1), 4).init(
+      jax.random.PRNGKey(0), tokens)
+  encoder_lib.EncoderModel(encoder_lib.EncoderConfig(vocab_size=5, pe="alibi", num_layers=1,
+                                                     d_model=16, num_heads=2), 3).init(
+      jax.random.PRNGKey(0), tokens)
+  assert calls == ["causal", "alibi"]

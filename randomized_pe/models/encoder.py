@@ -286,34 +286,21 @@ class MultiHeadAttention(hk.Module):
       q = families.query_rows(x, query_start, num_queries, axis=1) @ w_q
       k, v = jnp.split(x @ jnp.concatenate([w_k, w_v], axis=1), 2, axis=-1)
     q, k, v = (y.reshape(batch, y.shape[1], heads, head_size) for y in (q, k, v))  # [B, T, H, D]
-    family = config.family
-    score, bias, weights_fn, query_input = attn_lib.dot_scores, None, None, None
+    family, ctx, params, query_input = config.family, config.context, {}, None
     if family.acts == "attention":
-      ctx = config.context
       params = _get_params(family.params(ctx))
-      score = family.scorer(positions, params, ctx, q.shape, query_start)
-      if family.bias is not None:
-        bias = family.bias(positions, params, ctx, q.shape, query_start)  # [H, Tq, T]
-      if family.normalize is not None:
-        weights_fn = family.normalize(positions, params, ctx, q.shape, query_start)
-      family_scale = families.logit_scale_of(family, ctx)  # None for the listed families.
-      if family_scale is not None:
-        logit_scale = (jnp.full((batch,), family_scale, jnp.float32) if logit_scale is None
-                       else logit_scale * family_scale)
       if family.reads_input:
         query_input = (x if num_queries == length
                        else families.query_rows(x, query_start, num_queries, axis=1))
-    out = attn_lib.attention(q, k, v, score, key_mask, bias=bias, logit_scale=logit_scale,
-                             scale_bias=config.log_n_scale_bias,
-                             chunk_rows=config.attention_chunk_rows, weights_fn=weights_fn,
-                             query_input=query_input)
+    out = families.attend(family, positions, params, ctx, q, k, v, key_mask,
+                          query_start=query_start, logit_scale=logit_scale,
+                          scale_bias=config.log_n_scale_bias,
+                          chunk_rows=config.attention_chunk_rows, query_input=query_input,
+                          return_weights=return_weights)
+    out, weights = out if return_weights else (out, None)
     out = hk.Linear(config.d_model, with_bias=False, name="output")(
         out.reshape(batch, num_queries, heads * head_size))
-    if not return_weights:
-      return out
-    logits = attn_lib.attention_logits(q, k, score, bias, logit_scale, config.log_n_scale_bias,
-                                       query_input)
-    return out, attn_lib.attention_weights(logits, key_mask, weights_fn)
+    return (out, weights) if return_weights else out
 
 
 _layer_norm = layers_lib.layer_norm  # eps 1e-5, Haiku's default.

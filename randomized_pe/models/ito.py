@@ -42,7 +42,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from randomized_pe import attention as attn_lib
 from randomized_pe import encodings as enc
 from randomized_pe import families
 from randomized_pe import registry
@@ -441,34 +440,19 @@ class Attention(hk.Module):
       q, k, v = (TorchLinear(width, projections.qkv_bias, name=n)(x)
                  for n in ("query", "key", "value"))
     q, k, v = (y.reshape(batch, length, heads, head_size) for y in (q, k, v))  # [B, T, H, D]
-    family = config.family
-    score, bias, logit_scale, weights_fn, query_input = attn_lib.dot_scores, None, None, None, None
-    if family.acts == "attention":
-      ctx = config.context
-      params = layers.get_params(family.params(ctx))  # After the projections' (init order).
-      score = family.scorer(positions, params, ctx, q.shape, 0)
-      if family.bias is not None:
-        bias = family.bias(positions, params, ctx, q.shape, 0)  # [H, T, T] or None
-      scale = families.logit_scale_of(family, ctx)
-      if scale is not None:
-        logit_scale = jnp.full((batch,), scale, jnp.float32)
-      if family.normalize is not None:
-        weights_fn = family.normalize(positions, params, ctx, q.shape, 0)
-      if family.reads_input:
-        query_input = x
-    out = attn_lib.attention(q, k, v, score, key_mask, bias=bias, logit_scale=logit_scale,
-                             chunk_rows=config.attention_chunk_rows, weights_fn=weights_fn,
-                             query_input=query_input)
+    family, ctx = config.family, config.context
+    # The family's parameters after the projections' (the order of the initial draws).
+    params = layers.get_params(family.params(ctx)) if family.acts == "attention" else {}
+    out = families.attend(family, positions, params, ctx, q, k, v, key_mask,
+                          chunk_rows=config.attention_chunk_rows, query_input=x,
+                          return_weights=return_weights)
+    out, weights = out if return_weights else (out, None)
     out = out.reshape(batch, length, width)  # [B, T, M]
     if projections.output == "mha":
       out = TorchLinear(width, b_init=zeros, name="output")(out)
     elif projections.output == "no_bias":
       out = TorchLinear(width, with_bias=False, name="output")(out)
-    if not return_weights:
-      return out
-    # Recomputed only for analyses: [B, H, T, T].
-    logits = attn_lib.attention_logits(q, k, score, bias, logit_scale, False, query_input)
-    return out, attn_lib.attention_weights(logits, key_mask, weights_fn)
+    return (out, weights) if return_weights else out
 
 
 class ItoTransformer(hk.Module):
