@@ -3,8 +3,10 @@
 A family is one `Family` record: where it acts, the parameters it needs, the settings
 it reads, which positions it accepts, its release behaviour, and its computation as
 pure functions of positions and parameters. A model creates the declared parameters
-(with its own framework: the Haiku encoder uses hk.get_parameter) and calls the pure
-functions, so the same families serve Haiku, Flax or plain JAX models.
+(with its own framework: both Haiku models use `randomized_pe.models.layers.get_params`)
+and calls the pure functions, so the same families serve Haiku, Flax or plain JAX models.
+`attend` is the attention of any family given a model's q, k and v; both models'
+attention modules call it between their projections.
 
   name      acts in     settings            floats  per-axis  release (docs/release.md)
   none      -           -                   yes     yes       -
@@ -66,7 +68,8 @@ treat it differently: log-n attention scaling (`randomized_pe.attention`) multip
 the scorer's logits, and the bias only with `log_n_scale_bias` (Su's formula scales
 Q K^T alone). A family whose scorer adds its own bias gets it scaled. A family's
 `normalize` sees the logits after scaling and bias; `weights_fn` gives the weights of any
-family (softmax where it has none), for analyses.
+family (softmax where it has none), for analyses (`attend(..., return_weights=True)`
+gives them beside the output).
 """
 
 from __future__ import annotations
