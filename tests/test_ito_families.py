@@ -194,3 +194,20 @@ def test_both_models_resolve_samplers_the_same_way(training, evaluation):
   config = encoder_lib.EncoderConfig(vocab_size=5, pe="rope", positions=training,
                                      eval_positions=evaluation)
   assert (config.train_sampler, config.eval_sampler) == (train, test)
+
+
+def test_register_and_config_check_the_familys_positions():
+  with pytest.raises(ValueError, match="grid positions .* need a family that takes per-axis"):
+    ito.register(ito.ItoEncoding("grid_table", "a table at grid positions", family="table",
+                                 positions="grid"))
+  assert "grid_table" not in ito.names()
+  # A raster encoding of a family that takes integers only refuses float samplers.
+  ito.register(ito.ItoEncoding("raster_table", "a table at raster positions", family="table",
+                               settings=lambda c: {"table_rows": c.max_position},
+                               positions="raster"))
+  try:
+    ito.ItoConfig(pe="raster_table", positions="randomized")  # Integers: fine.
+    with pytest.raises(ValueError, match="gives float positions, which raster_table cannot"):
+      ito.ItoConfig(pe="raster_table", positions="equal_mean_exponential")
+  finally:
+    ito.ENCODINGS.unregister("raster_table")

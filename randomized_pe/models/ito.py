@@ -186,7 +186,7 @@ class ItoEncoding:
   def scorer(self) -> Optional[Callable[..., Callable]]:
     """(positions, params, config) -> score_fn(q, k) -> [b, H, T, T], the family's logits
     of all T queries before its bias and logit scale (for tests and analyses); None for
-    encodings whose attention is plain."""
+    encodings whose family does not act in the attention."""
     family = self.core_family
     if family.acts != "attention":
       return None
@@ -200,8 +200,13 @@ get = ENCODINGS.get
 
 
 def register(encoding: ItoEncoding) -> ItoEncoding:
-  """Adds an encoding (a name may be registered once); its family must be in the core's."""
-  families.get_family(encoding.family)  # Raises, listing the families, if it is not.
+  """Adds an encoding (a name may be registered once); its family must be in the core's
+  and take the positions the encoding gives it (grid positions are per-axis)."""
+  family = families.get_family(encoding.family)  # Raises, listing the families, if absent.
+  if encoding.positions == "grid" and not family.per_axis:
+    raise ValueError(f"Ito encoding {encoding.name!r}: grid positions [T, 2] need a family "
+                     f"that takes per-axis positions; {family.name} does not (those that do: "
+                     f"{', '.join(f.name for f in families.FAMILIES if f.per_axis)})")
   return ENCODINGS.register(encoding.name, encoding)
 
 
@@ -323,7 +328,7 @@ class ItoConfig:
         raise ValueError(f"{setting}={sampler.name!r}: the {self.pe} encoding reads positions "
                          "0..T-1 only (a table or none); samplers apply to "
                          f"{', '.join(n for n in names() if get(n).takes_samplers)}")
-      if sampler.floats and encoding.positions == "none":
+      if sampler.floats and (encoding.positions == "none" or not self.family.floats):
         raise ValueError(f"{setting}={sampler.name!r} gives float positions, which {self.pe} "
                          "cannot take")
     per_sample = self.grid_size if encoding.positions == "grid" else self.num_cells
