@@ -123,10 +123,10 @@ def prepare(workdir: str, kind: str = "all", length: Optional[int] = None,
   import ml_collections  # pylint: disable=import-outside-toplevel
 
   import tasks as tasks_lib  # pylint: disable=import-outside-toplevel
-  from experiments import checkpoints  # pylint: disable=import-outside-toplevel
+  from experiments.storage import checkpoints  # pylint: disable=import-outside-toplevel
   from experiments import data  # pylint: disable=import-outside-toplevel
   from experiments import steps  # pylint: disable=import-outside-toplevel
-  from experiments import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
+  from experiments.storage import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
   from randomized_pe.models import encoder  # pylint: disable=import-outside-toplevel
 
   if kind not in KINDS:
@@ -342,7 +342,7 @@ def run_analysis(run: Run, progress: Callable[[str], None] = lambda s: None) -> 
   import jax  # pylint: disable=import-outside-toplevel
 
   from experiments import data  # pylint: disable=import-outside-toplevel
-  from experiments import io_utils  # pylint: disable=import-outside-toplevel
+  from experiments.storage import io_utils  # pylint: disable=import-outside-toplevel
   from experiments import trained_run  # pylint: disable=import-outside-toplevel
   attention = run.kind in ("attention", "all")
   activations = run.kind in ("pca", "all")
@@ -489,9 +489,9 @@ def main(argv) -> None:
   from absl import flags  # pylint: disable=import-outside-toplevel
   from absl import logging  # pylint: disable=import-outside-toplevel
 
-  from experiments import checkpoints  # pylint: disable=import-outside-toplevel
+  from experiments.storage import checkpoints  # pylint: disable=import-outside-toplevel
   from experiments import compile_cache  # pylint: disable=import-outside-toplevel
-  from experiments import io_utils  # pylint: disable=import-outside-toplevel
+  from experiments.storage import io_utils  # pylint: disable=import-outside-toplevel
 
   logging.set_verbosity(logging.WARNING)  # Orbax logs every restore at INFO.
   f = flags.FLAGS

@@ -44,7 +44,7 @@ import sys
 import zlib
 from typing import Any, Callable, Mapping, Optional
 
-from experiments import io_utils
+from experiments.storage import io_utils
 
 ENV = "RANDOMIZED_PE_COMPILATION_CACHE"
 OFF = ("0", "off", "false", "no", "none")

@@ -47,7 +47,7 @@ import socket
 import struct
 import time
 
-from experiments import io_utils
+from experiments.storage import io_utils
 
 FOLDER = "events"
 _MARKER = "tfevents"  # TensorBoard reads the files whose name holds it.

@@ -320,7 +320,7 @@ def find_runs(sweep_dir: str | None = None, workdirs: Sequence[str] = ()) -> lis
 
 
 # Settings runs of one label may differ in when they are merged: the seeds, and what
-# changes neither the models nor their evaluation (experiments.workdir.NOT_IDENTITY).
+# changes neither the models nor their evaluation (experiments.storage.workdir.NOT_IDENTITY).
 _MERGE_IGNORED = ("seed", "grid.seeds", "progress", "compilation_cache", "training.prefetch",
                   "training.log_every", "training.checkpoint_every",
                   "training.checkpoints_to_keep", "sweep")
@@ -470,7 +470,7 @@ def write_job_inputs(workdir: str) -> str:
   the path. ValueError if the run has no checkpoint."""
   import io  # pylint: disable=import-outside-toplevel
 
-  from experiments import io_utils  # pylint: disable=import-outside-toplevel
+  from experiments.storage import io_utils  # pylint: disable=import-outside-toplevel
 
   info = run_info(workdir)
   models = _evaluate_folder(info, NOISE_SDS, 1, 0, use_inputs=False)
@@ -924,7 +924,7 @@ def summary_markdown(result: dict) -> str:
 
 def write_analysis(runs: Sequence[RunInfo], out_dir: str, **settings) -> dict:
   """`analyse`, then OUT_DIR/analysis.json and OUT_DIR/figures/; returns the result."""
-  from experiments import io_utils  # pylint: disable=import-outside-toplevel
+  from experiments.storage import io_utils  # pylint: disable=import-outside-toplevel
 
   result, models = analyse(runs, **settings)
   os.makedirs(out_dir, exist_ok=True)

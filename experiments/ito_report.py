@@ -64,7 +64,7 @@ def _as_list(value) -> list:
 
 
 def _read(path: str, lines: bool):
-  from experiments import io_utils  # pylint: disable=import-outside-toplevel
+  from experiments.storage import io_utils  # pylint: disable=import-outside-toplevel
 
   try:
     if lines:
@@ -391,7 +391,7 @@ class Report:
 def write_report(runs: Sequence[ito_analysis.RunInfo], out_dir: str,
                  analysis_path: Optional[str] = None, epoch: float = TABLE_EPOCH) -> str:
   """Renders the report, writes OUT_DIR/report.md, returns the Markdown."""
-  from experiments import io_utils  # pylint: disable=import-outside-toplevel
+  from experiments.storage import io_utils  # pylint: disable=import-outside-toplevel
 
   analysis = None
   if analysis_path and os.path.exists(analysis_path):

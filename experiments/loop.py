@@ -11,9 +11,9 @@ paper's protocol and writes
                             stop request), with the partial metrics of their log interval
   workdir/eval.json         per-length accuracies and the scores, or a dataset's
                             accuracy per split and group (experiments.results)
-  workdir/.lock             held while a process trains there (experiments/workdir.py)
+  workdir/.lock             held while a process trains there (experiments/storage/workdir.py)
 and resumes from the newest readable checkpoint when run again with the same workdir
-(experiments/checkpoints.py); a workdir holding another run is refused.
+(experiments/storage/checkpoints.py); a workdir holding another run is refused.
 
 The kind of data (a generated task drawn per step, or a dataset read in shuffled
 epochs) is `experiments.data.source(config)`; the loop reads its batches and hands its
@@ -30,15 +30,15 @@ import jax
 import ml_collections
 import numpy as np
 
-from experiments import checkpoints
+from experiments.storage import checkpoints
 from experiments import data
 from experiments import evaluation
 from experiments import events
-from experiments import io_utils
+from experiments.storage import io_utils
 from experiments import steps
 from experiments import stopping
 from experiments import validation
-from experiments import workdir as workdir_lib
+from experiments.storage import workdir as workdir_lib
 
 
 class NonFiniteLossError(FloatingPointError):

@@ -61,7 +61,7 @@ import sys
 from absl import flags
 import numpy as np
 
-from experiments import io_utils
+from experiments.storage import io_utils
 
 PAPER_RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "paper_numbers",
                              "paper_results.json")
@@ -398,7 +398,7 @@ def write_variant_report(sweep_dir: str, results: dict, order, out_dir: str) -> 
 
 def stored_job_config(sweep_dir: str, task: str, name: str) -> dict | None:
   """A job's config.json (None without one; CorruptFileError if damaged)."""
-  from experiments import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
+  from experiments.storage import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
   return workdir_lib.stored_config(os.path.join(sweep_dir, task, name))
 
 
@@ -1049,7 +1049,7 @@ _SCORES = (("mean", "all lengths"), ("train_range", "training lengths"),
 def _run_members(run_dir: str, count: int) -> list[str]:
   """Names of the run's models (experiments.events.member_names), from its config.json."""
   from experiments import events  # pylint: disable=import-outside-toplevel
-  from experiments import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
+  from experiments.storage import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
   try:
     stored = workdir_lib.stored_config(run_dir) or {}
   except io_utils.CorruptFileError:

@@ -241,8 +241,8 @@ def job_status(job: Job) -> tuple[bool, str | None]:
 
 def _trained_status(job: Job) -> tuple[bool, str | None]:
   """job_status without `sweep.job_outputs`."""
-  from experiments import io_utils  # pylint: disable=import-outside-toplevel
-  from experiments import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
+  from experiments.storage import io_utils  # pylint: disable=import-outside-toplevel
+  from experiments.storage import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
 
   path = os.path.join(job.workdir, "eval.json")
   if not os.path.exists(path):
@@ -290,7 +290,7 @@ def run_job(config_dict: dict, workdir: str) -> dict:
   job = Job(config.task, config.model.pe, workdir, config_dict)
   outputs = _job_outputs(config_dict)
   if outputs and _trained_status(job)[0]:  # Trained before; only an output is missing.
-    from experiments import io_utils  # pylint: disable=import-outside-toplevel
+    from experiments.storage import io_utils  # pylint: disable=import-outside-toplevel
     result = io_utils.read_json(os.path.join(workdir, "eval.json"))
   else:
     result = loop.train_and_evaluate(config, workdir)
@@ -428,7 +428,7 @@ def _run_workers(jobs, progress, job_fn, workers, max_retries):
 
   from experiments import cli  # pylint: disable=import-outside-toplevel
   from experiments import stopping  # pylint: disable=import-outside-toplevel
-  from experiments import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
+  from experiments.storage import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
 
   context = multiprocessing.get_context("spawn")  # JAX does not survive fork.
   messages = context.SimpleQueue()
@@ -551,7 +551,7 @@ def run_sweep(config: ml_collections.ConfigDict, sweep_dir: str, executor: str =
       notes.append((job, why))
   on_finished = None
   if commit_results:  # Each finished job's small files, committed as it finishes.
-    from experiments import results_git  # pylint: disable=import-outside-toplevel
+    from experiments.storage import results_git  # pylint: disable=import-outside-toplevel
     on_finished = lambda job: results_git.commit_job(  # pylint: disable=unnecessary-lambda-assignment
         job.workdir, job.name, [file for _, _, file in _job_outputs(job.config)])
   progress = Progress(len(jobs), len(jobs) - len(todo), workers, on_finished)
@@ -630,5 +630,5 @@ if __name__ == "__main__":
   _COMMIT_RESULTS = flags.DEFINE_boolean(
       "commit_results", False, "Commit each finished job's small files (config.json, "
       "eval.json, metrics.jsonl, its job outputs; never checkpoints) to the git repository "
-      "holding SWEEP_DIR as the job finishes (experiments/results_git.py).")
+      "holding SWEEP_DIR as the job finishes (experiments/storage/results_git.py).")
   cli.run(main)

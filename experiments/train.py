@@ -35,14 +35,14 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO.
   import jax  # pylint: disable=import-outside-toplevel
 
-  from experiments import checkpoints  # pylint: disable=import-outside-toplevel
+  from experiments.storage import checkpoints  # pylint: disable=import-outside-toplevel
   from experiments import compile_cache  # pylint: disable=import-outside-toplevel
-  from experiments import io_utils  # pylint: disable=import-outside-toplevel
+  from experiments.storage import io_utils  # pylint: disable=import-outside-toplevel
   from experiments import loop  # pylint: disable=import-outside-toplevel
   from experiments import results  # pylint: disable=import-outside-toplevel
   from experiments import stopping  # pylint: disable=import-outside-toplevel
   from experiments import validation  # pylint: disable=import-outside-toplevel
-  from experiments import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
+  from experiments.storage import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
 
   config = _CONFIG.value
   try:

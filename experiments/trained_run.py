@@ -16,10 +16,10 @@ import jax
 import ml_collections
 import numpy as np
 
-from experiments import checkpoints
+from experiments.storage import checkpoints
 from experiments import data
 from experiments import steps
-from experiments import workdir as workdir_lib
+from experiments.storage import workdir as workdir_lib
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,10 +4,10 @@ import os
 import signal
 import time
 
-from experiments import io_utils
+from experiments.storage import io_utils
 from experiments import stopping
 from experiments import sweep
-from experiments import workdir as workdir_lib
+from experiments.storage import workdir as workdir_lib
 
 
 def counting_job(config_dict, workdir):

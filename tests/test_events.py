@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from experiments import events
-from experiments import io_utils
+from experiments.storage import io_utils
 from experiments import loop
 from experiments import stopping
 from tests.test_training import ENV, ROOT, tiny_config

@@ -9,7 +9,7 @@ import pytest
 
 import tasks
 from configs import table1
-from experiments import checkpoints
+from experiments.storage import checkpoints
 from experiments import data
 from experiments import evaluation
 from experiments import report

@@ -12,13 +12,13 @@ import time
 import numpy as np
 import pytest
 
-from experiments import checkpoints
-from experiments import io_utils
+from experiments.storage import checkpoints
+from experiments.storage import io_utils
 from experiments import loop
 from experiments import report
 from experiments import sweep
 from experiments import trained_run
-from experiments import workdir as workdir_lib
+from experiments.storage import workdir as workdir_lib
 from tests import sweep_helpers
 from tests.test_training import ENV, ROOT, tiny_config
 

@@ -180,7 +180,7 @@ def test_two_interrupts_while_compiling_do_not_crash(tmp_path):
 
 
 def test_a_report_of_an_unfinished_sweep_shows_missing_cells_and_names_the_jobs(tmp_path):
-  from experiments import io_utils  # pylint: disable=import-outside-toplevel
+  from experiments.storage import io_utils  # pylint: disable=import-outside-toplevel
   from experiments import report  # pylint: disable=import-outside-toplevel
   from experiments import sweep  # pylint: disable=import-outside-toplevel
 
@@ -216,7 +216,7 @@ def test_a_report_of_an_unfinished_sweep_shows_missing_cells_and_names_the_jobs(
 
 
 def test_a_checkpoint_of_another_run_is_refused_even_when_config_json_is_edited(tmp_path):
-  from experiments import checkpoints  # pylint: disable=import-outside-toplevel
+  from experiments.storage import checkpoints  # pylint: disable=import-outside-toplevel
   run = str(tmp_path / "run")
   loop.train_and_evaluate(tiny_config(steps=2), run)
   path = os.path.join(run, "config.json")

@@ -17,7 +17,7 @@ import os
 import shutil
 import sys
 
-from experiments import io_utils
+from experiments.storage import io_utils
 
 CARRY_FILE = "metrics_carry.json"
 IDENTITY = "identity"  # The key of a checkpoint's run identity in its carry.
@@ -80,7 +80,7 @@ class Checkpoints:
       return {}
 
   def identity(self, step: int) -> dict | None:
-    """The identity (experiments.workdir.identity) of the run that saved `step`, or None
+    """The identity (experiments.storage.workdir.identity) of the run that saved `step`, or None
     for a checkpoint saved before checkpoints carried one."""
     return self._carries().get(str(step), {}).get(IDENTITY)
 

@@ -20,7 +20,7 @@ import os
 import socket
 import sys
 
-from experiments import io_utils
+from experiments.storage import io_utils
 
 LOCK_FILE = ".lock"
 CONFIG_FILE = "config.json"
