@@ -33,7 +33,7 @@ EXPERIMENTS = MODELS + [
     "ml_collections>=0.1.1,<2",
     "orbax-checkpoint>=0.6,<0.13",
     "tqdm>=4.60,<5",
-    "tensorboardX>=2.6,<3",  # Event files of experiments/events.py (no TensorFlow).
+    "tensorboardX>=2.6,<3",  # Event files of experiments/training/events.py (no TensorFlow).
     "matplotlib>=3.7,<4",
     "scipy>=1.11,<2",
 ]

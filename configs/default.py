@@ -45,7 +45,7 @@ def get_config(arg=None):
   config.training.steps = 2_000_000
   config.training.batch_size = 128
   config.training.learning_rate = 1e-4
-  # experiments.steps.OPTIMIZERS: "adam" (the paper), "adamw" (with weight_decay), "sgd".
+  # experiments.training.steps.OPTIMIZERS: "adam" (the paper), "adamw" (with weight_decay), "sgd".
   config.training.optimizer = "adam"
   config.training.weight_decay = 0.0
   config.training.grad_clip_norm = 1.0
@@ -57,7 +57,7 @@ def get_config(arg=None):
   config.training.prefetch = 4  # Batches generated ahead by a background thread.
   # Training programs: 0 compiles one per training length (the paper's exact shapes);
   # N > 0 pads each batch to one of at most N bucket sizes (the same loss and updates,
-  # fewer compilations; experiments/data.py). 0 here because of the figures of
+  # fewer compilations; experiments/training/data.py). 0 here because of the figures of
   # `python -m experiments.benchmark --sections=buckets` (this model, lengths 1..40, a
   # 2-core CPU; docs/benchmark.md): 8 programs compile in 16-22% of the exact time but
   # step 8-13.5% slower, 4 programs in 8-11% and 20-21% slower; over the paper's 2M steps
@@ -96,6 +96,6 @@ def get_config(arg=None):
   config.progress = True  # tqdm bar.
   # Folder of JAX's persistent compilation cache, or "off"; "": the environment's
   # RANDOMIZED_PE_COMPILATION_CACHE, else ~/.cache/randomized_pe/jax
-  # (experiments/compile_cache.py). Changes speed, never results.
+  # (experiments/training/compile_cache.py). Changes speed, never results.
   config.compilation_cache = ""
   return config

@@ -21,7 +21,7 @@ positions the model gets at evaluation (its evaluation sampler). Writes into FOL
 and prints them. The attention weights, the embeddings and every layer's output are the
 model's own: the encoder returns them with its logits when asked
 (`EncoderModel.apply(..., intermediates=True)`), in the forward pass the evaluator runs
-(`experiments.evaluation.predict_padded`).
+(`experiments.training.evaluation.predict_padded`).
 
 Exit codes: 0 done; 2 bad input (missing workdir, config or checkpoint, an unknown kind,
 a length the run or the model cannot take, a model other than the encoder), one line on
@@ -124,8 +124,8 @@ def prepare(workdir: str, kind: str = "all", length: Optional[int] = None,
 
   import tasks as tasks_lib  # pylint: disable=import-outside-toplevel
   from experiments.storage import checkpoints  # pylint: disable=import-outside-toplevel
-  from experiments import data  # pylint: disable=import-outside-toplevel
-  from experiments import steps  # pylint: disable=import-outside-toplevel
+  from experiments.training import data  # pylint: disable=import-outside-toplevel
+  from experiments.training import steps  # pylint: disable=import-outside-toplevel
   from experiments.storage import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
   from randomized_pe.models import encoder  # pylint: disable=import-outside-toplevel
 
@@ -197,7 +197,7 @@ def make_probe(model, attention: bool, activations: bool):
   the unpadded draw), so the numbers equal those of the unpadded sequences. targets/mask
   [B, O] are the outputs from `input_length` (padded outputs masked); source [P] the token
   each query should read (-1: none; `expected_source`, padded with -1). The forward pass is
-  the evaluator's (`experiments.evaluation.predict_padded`), positions from the first and
+  the evaluator's (`experiments.training.evaluation.predict_padded`), positions from the first and
   dropout (where it runs at evaluation) from the second half of `jax.random.split(key)`,
   with the model's intermediates (`EncoderModel.apply(..., intermediates=True)`).
 
@@ -210,7 +210,7 @@ def make_probe(model, attention: bool, activations: bool):
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
 
-  from experiments import evaluation  # pylint: disable=import-outside-toplevel
+  from experiments.training import evaluation  # pylint: disable=import-outside-toplevel
   from randomized_pe import probes  # pylint: disable=import-outside-toplevel
 
   def probe(params, key, tokens, targets, mask, length, input_length, source):
@@ -239,7 +239,7 @@ def probe_inputs(task, n: int, num_sequences: int, seed: int, padded_tokens: int
   tokens and targets padded as evaluation pads them, and the expected source (-1: none)."""
   import jax  # pylint: disable=import-outside-toplevel
 
-  from experiments import data  # pylint: disable=import-outside-toplevel
+  from experiments.training import data  # pylint: disable=import-outside-toplevel
 
   batch = data.make_batch(task, jax.random.fold_in(jax.random.PRNGKey(seed), n),
                           num_sequences, n)
@@ -341,9 +341,9 @@ def run_analysis(run: Run, progress: Callable[[str], None] = lambda s: None) -> 
   analysis.json into run.out, and returns the JSON's content."""
   import jax  # pylint: disable=import-outside-toplevel
 
-  from experiments import data  # pylint: disable=import-outside-toplevel
+  from experiments.training import data  # pylint: disable=import-outside-toplevel
   from experiments.storage import io_utils  # pylint: disable=import-outside-toplevel
-  from experiments import trained_run  # pylint: disable=import-outside-toplevel
+  from experiments.training import trained_run  # pylint: disable=import-outside-toplevel
   attention = run.kind in ("attention", "all")
   activations = run.kind in ("pca", "all")
   restored = trained_run.restore_run(run.workdir)
@@ -490,7 +490,7 @@ def main(argv) -> None:
   from absl import logging  # pylint: disable=import-outside-toplevel
 
   from experiments.storage import checkpoints  # pylint: disable=import-outside-toplevel
-  from experiments import compile_cache  # pylint: disable=import-outside-toplevel
+  from experiments.training import compile_cache  # pylint: disable=import-outside-toplevel
   from experiments.storage import io_utils  # pylint: disable=import-outside-toplevel
 
   logging.set_verbosity(logging.WARNING)  # Orbax logs every restore at INFO.

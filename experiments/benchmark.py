@@ -71,11 +71,11 @@ compiling); the `cache` and `demo` parts start subprocesses with their own folde
 under --scratch.
 
 Training times the training loop's own step, built by the same builder
-(experiments.steps.build_trainer: a grid of one model, the batch split over devices
+(experiments.training.steps.build_trainer: a grid of one model, the batch split over devices
 when there are several); `train` and `eval` give their subprocesses GLIBC_TUNABLES
 explicitly. Like
 `experiments.train`, the benchmark restarts itself with glibc's huge-page malloc
-where that applies (experiments/runtime.py); it prints the GLIBC_TUNABLES it
+where that applies (experiments/training/runtime.py); it prints the GLIBC_TUNABLES it
 ran with. RANDOMIZED_PE_MALLOC_TUNING=0 measures without it.
 
 Prints Markdown tables; `--output=FILE.json` also writes the raw numbers.
@@ -232,9 +232,9 @@ _DRIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "benchmark_dr
 
 def malloc_environment(tuned: bool, environ=None) -> dict | None:
   """The environment of a timed subprocess with glibc's huge-page malloc on (`tuned`) or
-  off (experiments/runtime.py); None when it does not apply on this machine. The
+  off (experiments/training/runtime.py); None when it does not apply on this machine. The
   subprocesses get it explicitly (GLIBC_TUNABLES), whatever this process runs with."""
-  from experiments import runtime  # pylint: disable=import-outside-toplevel
+  from experiments.training import runtime  # pylint: disable=import-outside-toplevel
   env = dict(os.environ if environ is None else environ)
   items = [i for i in env.get("GLIBC_TUNABLES", "").split(":")
            if i and i.split("=", 1)[0] != runtime.TUNABLE]
@@ -538,7 +538,7 @@ def paper_limit_configs(encoding: str = "randomized_relative", lengths=(20, 40))
 def _train_limit(peak: float) -> dict:
   import jax  # pylint: disable=import-outside-toplevel
 
-  from experiments import steps  # pylint: disable=import-outside-toplevel
+  from experiments.training import steps  # pylint: disable=import-outside-toplevel
   out = {}
   lengths = [int(n) for n in _LIMIT_LENGTHS.value]
   print(f"### the limit: FLOPs per step from XLA's cost analysis of the compiled step, "
@@ -575,8 +575,8 @@ def bench_grid(repeats: int) -> dict:
 
   import tasks  # pylint: disable=import-outside-toplevel
   from configs import default  # pylint: disable=import-outside-toplevel
-  from experiments import data  # pylint: disable=import-outside-toplevel
-  from experiments import steps  # pylint: disable=import-outside-toplevel
+  from experiments.training import data  # pylint: disable=import-outside-toplevel
+  from experiments.training import steps  # pylint: disable=import-outside-toplevel
 
   task = tasks.get("reverse_string")
   length = _GRID_LENGTH.value
@@ -682,9 +682,9 @@ def _program_batches(task, config) -> dict:
   """One host batch per training program of `config`: {(tokens shape, targets shape): batch}.
 
   Exact lengths (max_programs 0): one per length; buckets: one per bucket shape
-  (experiments.data.training_shapes), built as training builds them.
+  (experiments.training.data.training_shapes), built as training builds them.
   """
-  from experiments import data  # pylint: disable=import-outside-toplevel
+  from experiments.training import data  # pylint: disable=import-outside-toplevel
   import jax  # pylint: disable=import-outside-toplevel
   t = config.training
   shapes = data.training_shapes(task, config)
@@ -713,8 +713,8 @@ def _bucket_compile_and_speed(task) -> dict:
   """Programs, compile seconds and steps/s per max_programs setting (one process)."""
   import jax  # pylint: disable=import-outside-toplevel
 
-  from experiments import data  # pylint: disable=import-outside-toplevel
-  from experiments import steps  # pylint: disable=import-outside-toplevel
+  from experiments.training import data  # pylint: disable=import-outside-toplevel
+  from experiments.training import steps  # pylint: disable=import-outside-toplevel
 
   settings = [int(v) for v in _BUCKET_PROGRAMS.value]
   runs = {}
@@ -805,10 +805,10 @@ def _cache_child(max_programs: int) -> None:
   environment (RANDOMIZED_PE_COMPILATION_CACHE): the trainer (its init program) and every
   training program. Prints one JSON line."""
   start = time.perf_counter()
-  from experiments import compile_cache  # pylint: disable=import-outside-toplevel
+  from experiments.training import compile_cache  # pylint: disable=import-outside-toplevel
   compile_cache.enable("")
   import tasks  # pylint: disable=import-outside-toplevel
-  from experiments import steps  # pylint: disable=import-outside-toplevel
+  from experiments.training import steps  # pylint: disable=import-outside-toplevel
   task = tasks.get("reverse_string")
   config = _bucket_config(max_programs)
   compile_start = time.perf_counter()
@@ -847,7 +847,7 @@ def _run(command, env, log_path, timeout=3600) -> tuple:
 def _bucket_cache(scratch: str) -> dict:
   """Cold start vs warm start (the same config again) of each --cache_programs setting,
   each setting with its own fresh cache folder, in subprocesses."""
-  from experiments import compile_cache  # pylint: disable=import-outside-toplevel
+  from experiments.training import compile_cache  # pylint: disable=import-outside-toplevel
   results = {}
   print("\nthe same config started twice, its own fresh cache folder (subprocesses; the "
         "compile phase: trainer and every training program):\n")
@@ -887,7 +887,7 @@ def _bucket_demo(scratch: str) -> dict:
   """`python -m experiments.train --config=<demo>` in a fresh workdir with a fresh cache
   folder (cold), then again in another fresh workdir with that folder (warm), for each
   of --demo_configs."""
-  from experiments import compile_cache  # pylint: disable=import-outside-toplevel
+  from experiments.training import compile_cache  # pylint: disable=import-outside-toplevel
   extra = [f"--{a}" for a in _DEMO_ARGS.value]
   if _QUICK.value:
     extra += ["--config.training.steps=20", "--config.evaluation.max_length=12"]
@@ -1102,8 +1102,8 @@ def step_figures(config, timed_steps: int, profile_steps: int = 0,
 
   import jax  # pylint: disable=import-outside-toplevel
 
-  from experiments import data  # pylint: disable=import-outside-toplevel
-  from experiments import steps  # pylint: disable=import-outside-toplevel
+  from experiments.training import data  # pylint: disable=import-outside-toplevel
+  from experiments.training import steps  # pylint: disable=import-outside-toplevel
 
   source = data.source(config)
   trainer = steps.build_trainer(config, source.task, jax.devices()[:1])
@@ -1399,9 +1399,9 @@ def paper_program_costs(encoding: str, train_lengths, eval_lengths) -> tuple:
 
   import tasks  # pylint: disable=import-outside-toplevel
   from configs import default  # pylint: disable=import-outside-toplevel
-  from experiments import data  # pylint: disable=import-outside-toplevel
-  from experiments import evaluation  # pylint: disable=import-outside-toplevel
-  from experiments import steps  # pylint: disable=import-outside-toplevel
+  from experiments.training import data  # pylint: disable=import-outside-toplevel
+  from experiments.training import evaluation  # pylint: disable=import-outside-toplevel
+  from experiments.training import steps  # pylint: disable=import-outside-toplevel
 
   def cost_of(compiled):
     cost = compiled.cost_analysis()
@@ -1512,13 +1512,13 @@ def main(argv):
     return
   # Compile seconds here mean compiling: this process never reads a persistent cache
   # (the parts of `buckets` that measure the cache start subprocesses with their own).
-  from experiments import compile_cache  # pylint: disable=import-outside-toplevel
+  from experiments.training import compile_cache  # pylint: disable=import-outside-toplevel
   compile_cache.enable("off")
   unknown = [s for s in _SECTIONS.value if s not in SECTIONS]
   if unknown:
     raise app.UsageError(f"unknown sections {unknown}; valid: {', '.join(SECTIONS)}")
   tunables = os.environ.get("GLIBC_TUNABLES", "")
-  print(f"GLIBC_TUNABLES={tunables or '(unset)'} (see experiments/runtime.py)")
+  print(f"GLIBC_TUNABLES={tunables or '(unset)'} (see experiments/training/runtime.py)")
   results = {"glibc_tunables": tunables}
   for section in _SECTIONS.value:
     print(f"\n## {section}\n")
@@ -1529,6 +1529,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from experiments import runtime  # pylint: disable=ungrouped-imports
-  runtime.maybe_reexec()  # Huge-page malloc for XLA CPU; see experiments/runtime.py.
+  from experiments.training import runtime  # pylint: disable=ungrouped-imports
+  runtime.maybe_reexec()  # Huge-page malloc for XLA CPU; see experiments/training/runtime.py.
   app.run(main)

@@ -10,7 +10,7 @@ lengths. Protocol (one JSON object per line on stdout, after a tag):
   then per line of stdin {"lengths": [...], "seed": r}: makes those batches (not timed),
       runs the steps and prints DONE {"seconds": s};
   ERROR {"error": "..."} (one line) when the code cannot be imported or built.
-Kind "eval" (ours): the paper model's evaluation (experiments.evaluation.RangeEvaluator,
+Kind "eval" (ours): the paper model's evaluation (experiments.training.evaluation.RangeEvaluator,
 batch 500, the config's max_buckets and max_logits) of lengths "lengths": READY after
 building the model; then per line {"fresh": bool} evaluates them (fresh: a new evaluator,
 compiling included) and prints DONE {"seconds", "traces", "accuracy"}.
@@ -36,15 +36,24 @@ def cost(compiled):
   return float(c.get("flops", 0.0)), float(c.get("bytes accessed", 0.0))
 
 
+def _ours_module(name):
+  """The module `name` of the code under test: experiments/training/NAME.py (today's
+  layout), else experiments/NAME.py (commits before experiments/training/), else None."""
+  import importlib
+  for dotted in (f"experiments.training.{name}", f"experiments.{name}"):
+    try:
+      return importlib.import_module(dotted)
+    except ImportError:  # Also experiments/training.py of old commits: not a package.
+      continue
+  return None
+
+
 def ours():
   root = os.path.abspath(SPEC["root"])
   sys.path.insert(0, root)
   os.chdir(root)
-  try:
-    from experiments import compile_cache
-  except ImportError:  # Commits before the persistent cache (e.g. ecff2ab).
-    pass
-  else:
+  compile_cache = _ours_module("compile_cache")
+  if compile_cache is not None:  # None: commits before the persistent cache (e.g. ecff2ab).
     compile_cache.enable("off")
   import jax
   import tasks
@@ -56,10 +65,8 @@ def ours():
   config.training.batch_size = BATCH
   config.training.max_length = max(LENGTHS)
   config.model.update(**SPEC.get("model", {}))  # Tests: a tiny model.
-  try:
-    from experiments import data
-    from experiments import steps
-  except ImportError:  # Commits before experiments/steps.py (e.g. ecff2ab).
+  data, steps = _ours_module("data"), _ours_module("steps")
+  if data is None or steps is None:  # Commits before experiments/steps.py (e.g. ecff2ab).
     holder, seeds, place, step, data = _ours_before_steps_module(config, task)
   else:
     trainer = steps.build_trainer(config, task)
@@ -85,7 +92,7 @@ def ours():
 
 
 def _ours_before_steps_module(config, task):
-  """The training step as the benchmark of those commits built it (experiments.training)."""
+  """The training step as the benchmark of those commits built it (experiments/training.py)."""
   import jax
   import jax.numpy as jnp
   import randomized_pe as rpe
@@ -187,16 +194,14 @@ def evaluation_driver():
   sys.path.insert(0, root)
   os.chdir(root)
   try:
-    try:
-      from experiments import compile_cache
-    except ImportError:  # Commits before the persistent cache.
-      pass
-    else:
+    compile_cache = _ours_module("compile_cache")
+    if compile_cache is not None:  # None: commits before the persistent cache.
       compile_cache.enable("off")
     import tasks
     from configs import default
-    from experiments import evaluation
-    from experiments import steps
+    evaluation, steps = _ours_module("evaluation"), _ours_module("steps")
+    if evaluation is None or steps is None:
+      raise ImportError("no experiments/training/evaluation.py or experiments/evaluation.py")
     task = tasks.get("reverse_string")
     config = default.get_config()
     config.model.pe = SPEC["pe"]

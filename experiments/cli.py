@@ -229,7 +229,7 @@ def parse_flags(argv: Sequence[str]) -> list[str]:
 
 def run(main: Callable[[list[str]], None]) -> None:
   """app.run with one-line flag errors, and Ctrl-C outside the training loop (which
-  handles it itself: experiments/stopping.py) ending quietly with exit code 130."""
+  handles it itself: experiments/training/stopping.py) ending quietly with exit code 130."""
   from absl import app  # pylint: disable=import-outside-toplevel
 
   try:

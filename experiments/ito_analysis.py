@@ -12,7 +12,7 @@ parameters with their leading seed axis [S, ...], or, without one (a results fol
 committed without checkpoints), from the JOB_INPUTS file its sweep job wrote after
 training (`write_job_inputs`); folders with neither are skipped with a warning. Models
 whose loss diverged are left out of every mean. All numbers are on the 108 validation puzzles (the puzzles people solved),
-evaluated as `experiments.evaluation.SplitEvaluator` does (deterministic by default,
+evaluated as `experiments.training.evaluation.SplitEvaluator` does (deterministic by default,
 positions from the evaluation sampler with `evaluation.seed`).
 
 What is measured (docs/ito.md, "Analyses"; SPEC-EXTENSIONS B6):
@@ -497,7 +497,7 @@ def _from_job_inputs(info: RunInfo, noise_sds, noise_draws, noise_seed) -> Optio
   path = os.path.join(info.workdir, JOB_INPUTS)
   if not os.path.isfile(path):
     return None
-  from experiments import data  # pylint: disable=import-outside-toplevel
+  from experiments.training import data  # pylint: disable=import-outside-toplevel
 
   try:
     with np.load(path) as f:
@@ -544,8 +544,8 @@ def _evaluate_folder(info: RunInfo, noise_sds=NOISE_SDS, noise_draws: int = 1,
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
 
-  from experiments import evaluation  # pylint: disable=import-outside-toplevel
-  from experiments import trained_run  # pylint: disable=import-outside-toplevel
+  from experiments.training import evaluation  # pylint: disable=import-outside-toplevel
+  from experiments.training import trained_run  # pylint: disable=import-outside-toplevel
 
   try:
     run = trained_run.restore_run(info.workdir)  # ValueError for an unknown encoding.
@@ -981,7 +981,7 @@ def main(argv):
         raise ValueError(f"no run of {', '.join(sorted(wanted))}")
     for run in runs:
       check_encodings([run.encoding])
-    from experiments import compile_cache  # pylint: disable=import-outside-toplevel
+    from experiments.training import compile_cache  # pylint: disable=import-outside-toplevel
     compile_cache.enable()  # The entry points' cache: a second analysis loads its programs.
     out_dir = _OUT_DIR.value or os.path.join(
         _SWEEP_DIR.value or os.path.dirname(os.path.abspath(workdirs[0])), "ito_analysis")

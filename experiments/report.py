@@ -1047,8 +1047,8 @@ _SCORES = (("mean", "all lengths"), ("train_range", "training lengths"),
 
 
 def _run_members(run_dir: str, count: int) -> list[str]:
-  """Names of the run's models (experiments.events.member_names), from its config.json."""
-  from experiments import events  # pylint: disable=import-outside-toplevel
+  """Names of the run's models (experiments.training.events.member_names), from its config.json."""
+  from experiments.training import events  # pylint: disable=import-outside-toplevel
   from experiments.storage import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
   try:
     stored = workdir_lib.stored_config(run_dir) or {}

@@ -166,7 +166,7 @@ def make_jobs(config: ml_collections.ConfigDict, sweep_dir: str) -> list[Job]:
   variant's overrides set, in that order, and its folder
   SWEEP_DIR/TASK/VARIANT.
   """
-  from experiments import validation  # pylint: disable=import-outside-toplevel
+  from experiments.training import validation  # pylint: disable=import-outside-toplevel
 
   pairs = variants(config.sweep)
   by_task = task_overrides(config.sweep)
@@ -281,8 +281,8 @@ def _model_scores(model: dict) -> dict:
 def run_job(config_dict: dict, workdir: str) -> dict:
   """Trains and evaluates one job (resuming from its checkpoints); returns its scores,
   one dict per model (`_model_scores`)."""
-  from experiments import compile_cache  # pylint: disable=import-outside-toplevel
-  from experiments import loop  # pylint: disable=import-outside-toplevel
+  from experiments.training import compile_cache  # pylint: disable=import-outside-toplevel
+  from experiments.training import loop  # pylint: disable=import-outside-toplevel
 
   config = ml_collections.ConfigDict(config_dict)
   config.progress = False
@@ -305,7 +305,7 @@ def run_job(config_dict: dict, workdir: str) -> dict:
 def _error_kind(error: BaseException) -> tuple[str, int]:
   """(description, worker exit code) of a job's exception."""
   from experiments import cli  # pylint: disable=import-outside-toplevel
-  from experiments import stopping  # pylint: disable=import-outside-toplevel
+  from experiments.training import stopping  # pylint: disable=import-outside-toplevel
 
   if isinstance(error, stopping.Interrupted):
     return cli.one_line(error), error.exit_code
@@ -331,7 +331,7 @@ def _stop_with_parent(parent_pid: int) -> None:
 def _worker(job_fn, config: dict, workdir: str, parent_pid: int, messages) -> None:
   """A local worker process: runs one job, reports (workdir, error or None), exits with
   0, 2 (bad input), 1 (failed) or 128 + signal (interrupted, after saving)."""
-  from experiments import stopping  # pylint: disable=import-outside-toplevel
+  from experiments.training import stopping  # pylint: disable=import-outside-toplevel
 
   def report(message):
     try:
@@ -399,7 +399,7 @@ class SweepInterrupted(Exception):
 
 
 def _run_local(jobs, progress, job_fn, workers, max_retries):
-  from experiments import stopping  # pylint: disable=import-outside-toplevel
+  from experiments.training import stopping  # pylint: disable=import-outside-toplevel
 
   if workers <= 1:
     for job in jobs:
@@ -427,7 +427,7 @@ def _run_workers(jobs, progress, job_fn, workers, max_retries):
   import signal  # pylint: disable=import-outside-toplevel
 
   from experiments import cli  # pylint: disable=import-outside-toplevel
-  from experiments import stopping  # pylint: disable=import-outside-toplevel
+  from experiments.training import stopping  # pylint: disable=import-outside-toplevel
   from experiments.storage import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
 
   context = multiprocessing.get_context("spawn")  # JAX does not survive fork.
@@ -608,8 +608,8 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from experiments import runtime  # pylint: disable=ungrouped-imports
-  runtime.maybe_reexec()  # Huge-page malloc for XLA CPU; see experiments/runtime.py.
+  from experiments.training import runtime  # pylint: disable=ungrouped-imports
+  runtime.maybe_reexec()  # Huge-page malloc for XLA CPU; see experiments/training/runtime.py.
   from absl import flags  # pylint: disable=ungrouped-imports
 
   from experiments import cli  # pylint: disable=ungrouped-imports

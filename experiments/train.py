@@ -36,12 +36,12 @@ def main(argv):
   import jax  # pylint: disable=import-outside-toplevel
 
   from experiments.storage import checkpoints  # pylint: disable=import-outside-toplevel
-  from experiments import compile_cache  # pylint: disable=import-outside-toplevel
+  from experiments.training import compile_cache  # pylint: disable=import-outside-toplevel
   from experiments.storage import io_utils  # pylint: disable=import-outside-toplevel
-  from experiments import loop  # pylint: disable=import-outside-toplevel
-  from experiments import results  # pylint: disable=import-outside-toplevel
-  from experiments import stopping  # pylint: disable=import-outside-toplevel
-  from experiments import validation  # pylint: disable=import-outside-toplevel
+  from experiments.training import loop  # pylint: disable=import-outside-toplevel
+  from experiments.training import results  # pylint: disable=import-outside-toplevel
+  from experiments.training import stopping  # pylint: disable=import-outside-toplevel
+  from experiments.training import validation  # pylint: disable=import-outside-toplevel
   from experiments.storage import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
 
   config = _CONFIG.value
@@ -105,6 +105,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from experiments import runtime  # pylint: disable=ungrouped-imports
-  runtime.maybe_reexec()  # Huge-page malloc for XLA CPU; see experiments/runtime.py.
+  from experiments.training import runtime  # pylint: disable=ungrouped-imports
+  runtime.maybe_reexec()  # Huge-page malloc for XLA CPU; see experiments/training/runtime.py.
   cli.run(main)

@@ -4,7 +4,7 @@ A dataset is a `Dataset`: named splits of examples read as they are (no empty to
 each example T tokens with its answer (one class) read at the last one. `DATASETS` maps a
 name to a loader, `DATASETS.get(name)()` -> Dataset, loaded once per process. Adding a
 dataset is one loader and one `DATASETS.register` line here (or in your own file);
-`experiments.data.source(config)` reads it in shuffled epochs (`EpochBatches`).
+`experiments.training.data.source(config)` reads it in shuffled epochs (`EpochBatches`).
 
   latin_square   the Latin Square Task of Ito et al. 2024 in the original splits
                  (`tasks/latin_square/`, docs/ito.md)

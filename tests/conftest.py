@@ -30,7 +30,7 @@ _MIN_COMPILE_SECONDS = 0.2
 
 
 def pytest_configure(config):
-  from experiments import compile_cache  # pylint: disable=import-outside-toplevel
+  from experiments.training import compile_cache  # pylint: disable=import-outside-toplevel
 
   if compile_cache.resolve() is None:
     return  # Turned off on purpose (RANDOMIZED_PE_COMPILATION_CACHE=off): leave it off.
@@ -48,5 +48,5 @@ def _no_whole_executables_in_this_process(monkeypatch):
   """Keeps compile_cache.Program's disk layer off in every test, also after a test that
   ran an entry point's code in this process (which turns it on): tests monkeypatch
   project code, which the executables' key cannot see."""
-  from experiments import compile_cache  # pylint: disable=import-outside-toplevel
+  from experiments.training import compile_cache  # pylint: disable=import-outside-toplevel
   monkeypatch.setattr(compile_cache, "_executables", None)

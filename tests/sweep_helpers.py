@@ -5,7 +5,7 @@ import signal
 import time
 
 from experiments.storage import io_utils
-from experiments import stopping
+from experiments.training import stopping
 from experiments import sweep
 from experiments.storage import workdir as workdir_lib
 

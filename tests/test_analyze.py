@@ -12,7 +12,7 @@ import pytest
 import randomized_pe as rpe
 import tasks
 from experiments import analyze
-from experiments import loop
+from experiments.training import loop
 from randomized_pe import probes
 from tests.test_training import tiny_config
 

@@ -7,9 +7,9 @@ import optax
 import pytest
 
 import tasks
-from experiments import data
-from experiments import loop
-from experiments import steps
+from experiments.training import data
+from experiments.training import loop
+from experiments.training import steps
 from randomized_pe import families
 from tests.test_training import count_step_traces, tiny_config
 

@@ -1,4 +1,4 @@
-"""The persistent compilation cache (experiments/compile_cache.py)."""
+"""The persistent compilation cache (experiments/training/compile_cache.py)."""
 import dataclasses
 import json
 import os
@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments import compile_cache
+from experiments.training import compile_cache
 from randomized_pe import families
 import tasks
 

@@ -1,4 +1,4 @@
-"""TensorBoard event files (experiments/events.py) equal metrics.jsonl, also after a
+"""TensorBoard event files (experiments/training/events.py) equal metrics.jsonl, also after a
 resume; the report's curves of a run (python -m experiments.report --run_dir)."""
 import os
 import subprocess
@@ -7,10 +7,10 @@ import sys
 import numpy as np
 import pytest
 
-from experiments import events
+from experiments.training import events
 from experiments.storage import io_utils
-from experiments import loop
-from experiments import stopping
+from experiments.training import loop
+from experiments.training import stopping
 from tests.test_training import ENV, ROOT, tiny_config
 
 

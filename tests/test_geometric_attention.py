@@ -18,10 +18,10 @@ import pytest
 import randomized_pe as rpe
 import tasks
 from configs import table5
-from experiments import data
-from experiments import steps
+from experiments.training import data
+from experiments.training import steps
 from experiments import sweep
-from experiments import validation
+from experiments.training import validation
 from randomized_pe import attention as attn_lib
 from randomized_pe import families
 from randomized_pe import geometric
@@ -319,7 +319,7 @@ def test_multi_head_attention_returns_its_weights():
 
 
 def test_one_training_step_with_finite_gradients_from_a_config():
-  """The loop's training step (experiments.steps.make_train_step: jax.value_and_grad of
+  """The loop's training step (experiments.training.steps.make_train_step: jax.value_and_grad of
   the loss, clipping, Adam) on a tiny config: randomized_geometric with compat="release"
   (dropout), log-n scaling and a padded batch (max_programs=1: masked keys)."""
   config = tiny_config(steps=1, max_programs=1)

@@ -10,10 +10,10 @@ import pytest
 import tasks
 from configs import table1
 from experiments.storage import checkpoints
-from experiments import data
-from experiments import evaluation
+from experiments.training import data
+from experiments.training import evaluation
 from experiments import report
-from experiments import steps
+from experiments.training import steps
 from experiments import sweep
 from tests import sweep_helpers
 from tests.test_training import tiny_config

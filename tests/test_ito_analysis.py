@@ -268,7 +268,7 @@ def test_report_renders_fixture_runs_with_missing_cells(tmp_path):
 
 def _train_tiny(workdir, learning_rate):
   from configs import latin_square  # pylint: disable=import-outside-toplevel
-  from experiments import loop  # pylint: disable=import-outside-toplevel
+  from experiments.training import loop  # pylint: disable=import-outside-toplevel
 
   config = latin_square.get_config(f"encoding=learn,sigma=0.2,seeds=2,scale=small,"
                                    f"lr={learning_rate}")
@@ -287,7 +287,7 @@ def test_the_analysis_forward_is_the_models_and_the_evaluators():
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
 
-  from experiments import evaluation  # pylint: disable=import-outside-toplevel
+  from experiments.training import evaluation  # pylint: disable=import-outside-toplevel
   from randomized_pe.models import ito  # pylint: disable=import-outside-toplevel
 
   model = ito.ItoModel(ito.ItoConfig(pe="learn", d_model=16, mlp_size=32, num_layers=2), 4)
@@ -326,7 +326,7 @@ def test_the_analysis_forward_is_the_models_and_the_evaluators():
 
 def _one_split(tokens):
   """A dataset of one split ("validation") holding `tokens`."""
-  from experiments import data  # pylint: disable=import-outside-toplevel
+  from experiments.training import data  # pylint: disable=import-outside-toplevel
 
   examples = data.Examples(np.asarray(tokens), np.zeros(len(tokens), np.int32),
                            np.zeros(len(tokens), np.int32))

@@ -16,7 +16,7 @@ from configs import ito_sweep
 from configs import latin_square
 from experiments import ito_analysis as ia
 from experiments import ito_report
-from experiments import loop
+from experiments.training import loop
 from experiments import sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

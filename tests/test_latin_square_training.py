@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 from configs import latin_square
-from experiments import data
-from experiments import evaluation
-from experiments import loop
-from experiments import steps
-from experiments import trained_run
+from experiments.training import data
+from experiments.training import evaluation
+from experiments.training import loop
+from experiments.training import steps
+from experiments.training import trained_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": ROOT}

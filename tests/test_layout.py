@@ -39,7 +39,7 @@ def test_report_command_line_reads_its_flags():
 
 
 def test_no_folder_shares_its_name_with_a_module_beside_it():
-  # experiments/data.py once stood beside experiments/data/ (the paper's numbers).
+  # experiments/training/data.py once stood beside experiments/data/ (the paper's numbers).
   clashes = [str(p.relative_to(ROOT)) for folder in ("experiments", "tasks")
              for p in ROOT.joinpath(folder).rglob("*.py") if p.with_suffix("").is_dir()]
   assert not clashes, clashes
@@ -55,10 +55,10 @@ def test_the_paper_numbers_are_where_the_report_reads_them():
 
 def test_every_task_name_is_defined_in_tasks():
   import tasks  # pylint: disable=import-outside-toplevel
-  from experiments import data  # pylint: disable=import-outside-toplevel
+  from experiments.training import data  # pylint: disable=import-outside-toplevel
   from tasks import datasets  # pylint: disable=import-outside-toplevel
 
-  # experiments/data.py reads the registry of tasks/ and registers nothing of its own.
+  # experiments/training/data.py reads the registry of tasks/ and registers nothing of its own.
   assert data.DATASETS is datasets.DATASETS and data.Dataset is datasets.Dataset
   assert "latin_square" in datasets.DATASETS.names()
   for name in datasets.DATASETS.names():

@@ -14,7 +14,7 @@ from configs import table3
 from configs import table5
 from experiments import report
 from experiments import sweep
-from experiments import validation
+from experiments.training import validation
 
 CONFIGS = {"table3": table3, "figure3": figure3, "figure2": figure2}
 

@@ -15,10 +15,10 @@ from scipy import stats
 
 import randomized_pe as rpe
 import tasks
-from experiments import loop
-from experiments import steps
-from experiments import trained_run
-from experiments import validation
+from experiments.training import loop
+from experiments.training import steps
+from experiments.training import trained_run
+from experiments.training import validation
 from randomized_pe import attention as attn_lib
 from randomized_pe import families
 from randomized_pe import models

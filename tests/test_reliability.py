@@ -14,10 +14,10 @@ import pytest
 
 from experiments.storage import checkpoints
 from experiments.storage import io_utils
-from experiments import loop
+from experiments.training import loop
 from experiments import report
 from experiments import sweep
-from experiments import trained_run
+from experiments.training import trained_run
 from experiments.storage import workdir as workdir_lib
 from tests import sweep_helpers
 from tests.test_training import ENV, ROOT, tiny_config

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from experiments import loop
-from experiments import validation
+from experiments.training import loop
+from experiments.training import validation
 from tests.test_reliability import TINY_FLAGS, _one_error_line
 from tests.test_training import ENV, ROOT, tiny_config
 
@@ -104,7 +104,7 @@ def test_progress_to_a_non_terminal_is_one_plain_line_per_interval(tmp_path):
 
 
 def test_progress_counts_computed_steps_and_few_steps_run_ahead(tmp_path, monkeypatch):
-  from experiments import steps  # pylint: disable=import-outside-toplevel
+  from experiments.training import steps  # pylint: disable=import-outside-toplevel
   dispatched, seen = [0], []
   build = steps.build_trainer
 
@@ -138,7 +138,7 @@ def test_progress_counts_computed_steps_and_few_steps_run_ahead(tmp_path, monkey
 SECOND_SIGNAL = """
 import os, signal, sys, time
 sys.path.insert(0, {root!r})
-from experiments import stopping
+from experiments.training import stopping
 with stopping.graceful():
   os.kill(os.getpid(), signal.SIGINT)
   time.sleep(0.3)
@@ -267,7 +267,7 @@ def test_a_full_disk_while_saving_is_one_line_and_the_details_go_to_a_log(tmp_pa
 
 
 def test_programs_that_cannot_fit_in_memory_are_refused_up_front(tmp_path, monkeypatch):
-  from experiments import memory  # pylint: disable=import-outside-toplevel
+  from experiments.training import memory  # pylint: disable=import-outside-toplevel
   monkeypatch.setenv(memory.LIMIT_ENV, str(2**30))  # A fake limit of 1 GiB.
   validation.check_fits(tiny_config())  # Fits.
   big_evaluation = tiny_config()

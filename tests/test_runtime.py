@@ -1,11 +1,11 @@
-"""The entry points' restart with glibc's huge-page malloc (experiments/runtime.py)."""
+"""The entry points' restart with glibc's huge-page malloc (experiments/training/runtime.py)."""
 import os
 import subprocess
 import sys
 
 import pytest
 
-from experiments import runtime
+from experiments.training import runtime
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LINUX = ("Linux", (2, 36), "madvise")
@@ -47,7 +47,7 @@ def test_restart_keeps_arguments_and_sets_the_tunable(opt_out):
   if opt_out is not None:
     env[runtime.OPT_OUT] = opt_out
   code = ("import os, sys\n"
-          "from experiments import runtime\n"
+          "from experiments.training import runtime\n"
           "runtime.maybe_reexec()\n"
           "print(repr(sys.argv[1:]), os.environ.get('GLIBC_TUNABLES', ''))\n")
   out = subprocess.run([sys.executable, "-c", code, "a b", "--flag=1"], cwd=ROOT, env=env,

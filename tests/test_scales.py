@@ -14,9 +14,9 @@ import pytest
 
 import tasks
 from configs import scales
-from experiments import data
+from experiments.training import data
 from experiments import sweep
-from experiments import validation
+from experiments.training import validation
 
 EXPERIMENTS = ("table1", "table3", "table5", "figure2", "figure3", "su")
 SNAPSHOT = os.path.join(os.path.dirname(__file__), "data", "job_configs.json.gz")

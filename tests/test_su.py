@@ -14,9 +14,9 @@ import pytest
 
 import randomized_pe as rpe
 import tasks
-from experiments import data
-from experiments import steps
-from experiments import validation
+from experiments.training import data
+from experiments.training import steps
+from experiments.training import validation
 from randomized_pe import attention as attn_lib
 from randomized_pe import samplers
 from tests.test_training import tiny_config

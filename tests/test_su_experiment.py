@@ -11,7 +11,7 @@ from configs import su
 from configs import table1
 from experiments import report
 from experiments import sweep
-from experiments import validation
+from experiments.training import validation
 
 
 @pytest.mark.parametrize("scale", ["small", "full"])

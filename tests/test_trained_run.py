@@ -1,4 +1,4 @@
-"""experiments.trained_run.restore_run: the one reader of a trained run (issue #30)."""
+"""experiments.training.trained_run.restore_run: the one reader of a trained run (issue #30)."""
 import json
 import os
 import shutil
@@ -7,10 +7,10 @@ import jax
 import numpy as np
 import pytest
 
-from experiments import evaluation
-from experiments import loop
-from experiments import steps
-from experiments import trained_run
+from experiments.training import evaluation
+from experiments.training import loop
+from experiments.training import steps
+from experiments.training import trained_run
 from tests.test_training import tiny_config
 
 

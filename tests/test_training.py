@@ -13,11 +13,11 @@ import pytest
 import randomized_pe as rpe
 import tasks
 from configs import default
-from experiments import data
-from experiments import evaluation
-from experiments import loop
-from experiments import steps
-from experiments import trained_run
+from experiments.training import data
+from experiments.training import evaluation
+from experiments.training import loop
+from experiments.training import steps
+from experiments.training import trained_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": ROOT}
@@ -222,7 +222,7 @@ import sys; sys.path.insert(0, {ROOT!r})
 import jax
 assert jax.device_count() == 2, jax.devices()
 from tests.test_training import tiny_config
-from experiments import loop
+from experiments.training import loop
 config = tiny_config(steps=3, log_every=1, checkpoint_every=3)
 loop.train_and_evaluate(config, {str(tmp_path / 'two')!r})
 config.grid.seeds = (0, 1)  # Two models: the models axis is split over the devices.

@@ -74,13 +74,13 @@ class EncoderConfig:
       softmax (Su; docs/su.md), n the number of unmasked keys of the sequence and m
       `log_n_reference`. Off: the computation is exactly the one without the option.
     log_n_reference: m, an int >= 2 when log_n_scaling is on (0 in a run's config
-      means the longest training sequence, resolved by experiments.steps.build_model).
+      means the longest training sequence, resolved by experiments.training.steps.build_model).
     log_n_scale_bias: log-n scaling also multiplies a family's separate position
       bias (ALiBi's); off, only the scorer's logits are scaled (Su's formula scales
       Q K^T). Ignored without log_n_scaling.
     beta_max_length, beta_concentration: M and a + b of the `equal_mean_beta`
       sampler (see there; 0 in a run's config means the longest evaluation
-      sequence, resolved by experiments.steps.build_model). Read by samplers that
+      sequence, resolved by experiments.training.steps.build_model). Read by samplers that
       declare them only.
   """
 
@@ -142,7 +142,7 @@ class EncoderConfig:
     if self.log_n_scaling and self.log_n_reference == 0:
       raise ValueError("model.log_n_reference must be >= 2 with log_n_scaling on, got 0 (0, "
                        "the longest training sequence, is resolved by "
-                       "experiments.steps.build_model)")
+                       "experiments.training.steps.build_model)")
     if self.d_model % self.num_heads:
       raise ValueError(f"model.d_model={self.d_model} must be divisible by "
                        f"model.num_heads={self.num_heads}")

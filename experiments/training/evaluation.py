@@ -1,4 +1,4 @@
-"""Evaluation of the two kinds of data (`experiments.data.source`), with few programs.
+"""Evaluation of the two kinds of data (`experiments.training.data.source`), with few programs.
 
 Generated tasks: accuracy for every length of a range (`RangeEvaluator`). Lengths are
 grouped into buckets; every sequence of a bucket is padded to the bucket's size, padded
@@ -25,9 +25,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments import compile_cache
-from experiments import data
-from experiments import results
+from experiments.training import compile_cache
+from experiments.training import data
+from experiments.training import results
 
 
 def predict_padded(model, params, pos_key, dropout_key, tokens, seq_len, in_len,
@@ -219,7 +219,7 @@ class SplitEvaluator:
 
   Attributes:
     model: the model (protocol of `randomized_pe.models`).
-    dataset: an `experiments.data.Dataset`.
+    dataset: an `experiments.training.data.Dataset`.
     batch_size: examples per chunk.
     batch_sharding: optional sharding of the batch axis over devices.
     stacked: params carry a leading models axis [M, ...]; accuracies are then lists of
@@ -370,7 +370,7 @@ class SplitEvaluation:
 
 
 def for_source(source, model, config, batch_sharding=None):
-  """The evaluation of a run's kind of data (`experiments.data.source(config)`).
+  """The evaluation of a run's kind of data (`experiments.training.data.source(config)`).
 
   batch_sharding: splits the evaluation batches over devices (a single model on
   several devices); None otherwise.

@@ -46,7 +46,7 @@ def _gb(n: float) -> str:
 
 def estimate(config, task, num_models: int) -> dict[str, float]:
   """Bytes of the largest evaluation and training programs of a generated task's run."""
-  from experiments import data  # pylint: disable=import-outside-toplevel
+  from experiments.training import data  # pylint: disable=import-outside-toplevel
 
   m = config.model
   heads, d, layers = m.num_heads, m.d_model, m.num_layers
@@ -66,7 +66,7 @@ def estimate(config, task, num_models: int) -> dict[str, float]:
 
 def check(config, source, num_models: int) -> None:
   """ValueError (one line, the estimate and the limit) if a program of the run cannot fit."""
-  from experiments import data  # pylint: disable=import-outside-toplevel
+  from experiments.training import data  # pylint: disable=import-outside-toplevel
 
   if not isinstance(source, data.GeneratedBatches):
     return  # A dataset's programs are sized by its own checks.

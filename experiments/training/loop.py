@@ -6,18 +6,19 @@ paper's protocol and writes
   workdir/metrics.jsonl     one record per log interval (step, loss, accuracy, steps/s),
                             and for a dataset one per evaluation during training
                             (step, epoch, evaluation: accuracy per split and group)
-  workdir/events/           the same records as TensorBoard event files (experiments/events.py)
+  workdir/events/           the same records as TensorBoard event files
+                            (experiments/training/events.py)
   workdir/checkpoints/      orbax checkpoints every `checkpoint_every` steps (and at a
                             stop request), with the partial metrics of their log interval
   workdir/eval.json         per-length accuracies and the scores, or a dataset's
-                            accuracy per split and group (experiments.results)
+                            accuracy per split and group (experiments.training.results)
   workdir/.lock             held while a process trains there (experiments/storage/workdir.py)
 and resumes from the newest readable checkpoint when run again with the same workdir
 (experiments/storage/checkpoints.py); a workdir holding another run is refused.
 
 The kind of data (a generated task drawn per step, or a dataset read in shuffled
-epochs) is `experiments.data.source(config)`; the loop reads its batches and hands its
-evaluation (`experiments.evaluation.for_source`) the parameters.
+epochs) is `experiments.training.data.source(config)`; the loop reads its batches and hands its
+evaluation (`experiments.training.evaluation.for_source`) the parameters.
 """
 from __future__ import annotations
 
@@ -31,13 +32,13 @@ import ml_collections
 import numpy as np
 
 from experiments.storage import checkpoints
-from experiments import data
-from experiments import evaluation
-from experiments import events
+from experiments.training import data
+from experiments.training import evaluation
+from experiments.training import events
 from experiments.storage import io_utils
-from experiments import steps
-from experiments import stopping
-from experiments import validation
+from experiments.training import steps
+from experiments.training import stopping
+from experiments.training import validation
 from experiments.storage import workdir as workdir_lib
 
 
@@ -234,7 +235,7 @@ def _train_and_evaluate(config, source, workdir, store, devices) -> dict:
   records = [r for r in written
              if r["step"] < start or (r["step"] == start and (start % t.log_every == 0
                                                                or "evaluation" in r))]
-  # TensorBoard's copy of metrics.jsonl (experiments/events.py): rewritten from the file
+  # TensorBoard's copy of metrics.jsonl (experiments/training/events.py): rewritten from the file
   # as it is now, then equal to it after every write.
   event_log = events.EventLog(workdir, trainer.members, written)
 

@@ -235,7 +235,7 @@ class GeneratedBatches:
   Step s (0-based) draws one length uniform in [min_length, max_length] and a batch of
   that length from (data seed, s) alone (`data_for_step`), padded to its length's bucket
   with training.max_programs > 0. Evaluation: accuracy per length
-  (`experiments.evaluation.RangeEvaluator`).
+  (`experiments.training.evaluation.RangeEvaluator`).
   """
 
   def __init__(self, task, config):
@@ -280,7 +280,7 @@ class EpochBatches:
   for neither the loss nor the accuracy (row_mask False), so that every step has one
   shape and one compiled program. Every model of a grid reads the same order.
   Evaluation: accuracy per split, overall and per group
-  (`experiments.evaluation.SplitEvaluator`), every `evaluation.every_epochs` epochs.
+  (`experiments.training.evaluation.SplitEvaluator`), every `evaluation.every_epochs` epochs.
   """
 
   def __init__(self, dataset: Dataset, config):

@@ -5,7 +5,7 @@ Everything here talks to the model through the protocol of `randomized_pe.models
 
 Randomness: every key is derived from (seed, step) with fold_in, with separate
 streams for parameters and model randomness (positions, dropout), so a resumed run
-continues exactly as an uninterrupted one. The data stream is `experiments.data`'s.
+continues exactly as an uninterrupted one. The data stream is `experiments.training.data`'s.
 """
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ import ml_collections
 import numpy as np
 import optax
 
-from experiments import compile_cache
-from experiments import data
+from experiments.training import compile_cache
+from experiments.training import data
 from randomized_pe import models
 from randomized_pe import registry
 
@@ -49,7 +49,7 @@ def build_model(config: ml_collections.ConfigDict, task) -> models.Model:
 
   Model settings that are task lengths (`_TASK_LENGTH_SETTINGS`) are resolved here,
   where the task is known, on a copy of the config: the run's config keeps its 0. A
-  max_length below 1 is left unresolved for experiments.validation to report; a model
+  max_length below 1 is left unresolved for experiments.training.validation to report; a model
   without these settings, or a dataset without lengths, is left as it is.
   """
   resolved = {name: data.sequence_length(task, config[section].max_length)
@@ -146,7 +146,7 @@ def loss_and_accuracy(model, params, key, batch, positions, is_training=True):
   """Mean cross-entropy over all output tokens of the real rows (as the release) and
   masked accuracy.
 
-  The batch may be padded (`experiments.data`): its true sizes come from
+  The batch may be padded (`experiments.training.data`): its true sizes come from
   sequence_length and output_length, and its real rows from row_mask where it has one;
   padded keys are masked out of attention, padded outputs and padded rows out of the
   loss and the accuracy, so a padded batch gives the same loss and gradients as the
@@ -205,7 +205,7 @@ def make_train_step(model, optimizer, seed):
 def init_state(model, optimizer, seed, tokens=None) -> TrainState:
   """One model's initial state; `seed` may be traced.
 
-  tokens: int [1, T] to initialise with (`experiments.data.example_tokens`); None: two
+  tokens: int [1, T] to initialise with (`experiments.training.data.example_tokens`); None: two
   tokens, which the encoder's parameters do not depend on.
   """
   tokens = jnp.zeros((1, 2), jnp.int32) if tokens is None else jnp.asarray(tokens)
@@ -296,7 +296,7 @@ def build_trainer(config: ml_collections.ConfigDict, task, devices=None) -> Trai
   """The model, the initial grid state and the jitted step of a run's config.
 
   task: what the model is built for, a generated task or a dataset
-  (`experiments.data.source(config).task`).
+  (`experiments.training.data.source(config).task`).
   """
   devices = jax.devices() if devices is None else devices
   model = build_model(config, task)

@@ -2,7 +2,7 @@
 
 The rules of the run's own settings (seeds, training, evaluation, grid) are the table
 `RULES` below; the model checks its settings itself (`randomized_pe.models`, e.g.
-EncoderConfig), the kind of data its own (`experiments.data.source`: the lengths of a
+EncoderConfig), the kind of data its own (`experiments.training.data.source`: the lengths of a
 generated task, a dataset's evaluation settings), and the optimizer its own. Each rule
 is a predicate and the phrase the error uses, so a message reads "training.steps must
 be >= 1, got 0".
@@ -14,9 +14,9 @@ import math
 
 import ml_collections
 
-from experiments import data
-from experiments import memory
-from experiments import steps
+from experiments.training import data
+from experiments.training import memory
+from experiments.training import steps
 
 _INT32 = (-2**31, 2**31 - 1)
 
@@ -189,7 +189,7 @@ def validate(config: ml_collections.ConfigDict, device_count: int = 1) -> None:
 
 def check_fits(config: ml_collections.ConfigDict) -> None:
   """ValueError (one line) if the run's largest programs cannot fit in the memory of the
-  device that will run them (experiments/memory.py). Not part of `validate`: listing a
+  device that will run them (experiments/training/memory.py). Not part of `validate`: listing a
   sweep's jobs on a laptop must not judge them against the laptop's memory; the process
   that runs a job checks it before anything is written."""
   memory.check(config, data.source(config), len(steps.grid_members(config)))

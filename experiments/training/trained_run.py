@@ -17,8 +17,8 @@ import ml_collections
 import numpy as np
 
 from experiments.storage import checkpoints
-from experiments import data
-from experiments import steps
+from experiments.training import data
+from experiments.training import steps
 from experiments.storage import workdir as workdir_lib
 
 
@@ -29,8 +29,8 @@ class TrainedRun:
   Attributes:
     workdir: the run's folder (absolute).
     config: its config (config.json).
-    source: its data (`experiments.data.source(config)`); `task` is its task or dataset.
-    model: the model (`experiments.steps.build_model`).
+    source: its data (`experiments.training.data.source(config)`); `task` is its task or dataset.
+    model: the model (`experiments.training.steps.build_model`).
     members: (seed, learning rate) of each model of the grid (`steps.grid_members`).
     step: the checkpoint's step.
     state: the stacked `steps.TrainState` [M, ...] (M = len(members)).

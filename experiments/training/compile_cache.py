@@ -139,7 +139,7 @@ def summary() -> str:
 # --------------------------------------------------------------------------
 # Whole executables, loaded without tracing.
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # The project's folders: their files (code and data) are part of every executable's key.
 PROJECT_PACKAGES = ("randomized_pe", "experiments", "tasks", "configs")
 _LIBRARIES = ("jax", "jaxlib", "dm-haiku", "optax", "chex", "numpy", "ml_collections")

@@ -3,7 +3,7 @@
   tensorboard --logdir runs/            # every run (and every sweep job) under runs/
 
 The training loop hands `EventLog.sync` the list of records each time it writes
-metrics.jsonl (experiments/loop.py), so the event files always hold exactly the records
+metrics.jsonl (experiments/training/loop.py), so the event files always hold exactly the records
 of metrics.jsonl, each step once:
   - at the start of a run (fresh or resumed) the event file is rewritten from the
     records metrics.jsonl holds then, under a new name (written whole to a temporary

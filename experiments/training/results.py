@@ -1,6 +1,6 @@
 """A run's results: scores per model, the eval.json record, and a Markdown summary.
 
-Two records, one per kind of data (`experiments.data.source`): a generated task's
+Two records, one per kind of data (`experiments.training.data.source`): a generated task's
 accuracy per length (`eval_record`), a dataset's accuracy per split and group
 (`split_record`). `summary_table` renders either.
 """
