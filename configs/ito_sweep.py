@@ -12,11 +12,11 @@ idle 2-core Xeon), 2.3 hours at 0.655 s a step (a 2-core AMD EPYC loaded to 7-9,
 `ito` benchmark in docs/ito.md). Finished jobs' small files (config.json, metrics.jsonl, eval.json and
 ito_analysis_inputs.npz; never checkpoints, which .gitignore excludes under results/)
 can be committed, so that the sweep resumes from that folder on any machine: a job is
-finished when its eval.json is for the configured steps (experiments.sweep.job_status).
+finished when its eval.json is for the configured steps (experiments.training.jobs.job_status).
 
 The analyses need trained parameters (attention maps, position terms, noise), which a
 committed folder lacks: `sweep.job_outputs` makes each job write
-ito_analysis_inputs.npz (experiments.ito_analysis.write_job_inputs: the validation
+ito_analysis_inputs.npz (experiments.analysis.ito.write_job_inputs: the validation
 puzzles' predictions, attention maps, position terms and noisy accuracies, about 0.5 MB)
 from its checkpoints right after training. experiments.ito_analysis reads it where a
 folder has no checkpoint, and merges the jobs of one encoding (disjoint seeds) into one

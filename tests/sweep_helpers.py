@@ -6,7 +6,7 @@ import time
 
 from experiments.storage import io_utils
 from experiments.training import stopping
-from experiments import sweep
+from experiments.training import jobs as sweep
 from experiments.storage import workdir as workdir_lib
 
 

@@ -1,4 +1,5 @@
-"""Issue 15 part 3: attention maps, PCA of activations and their numbers (experiments.analyze)."""
+"""Issue 15 part 3: attention maps, PCA of activations and their numbers (experiments.analyze;
+its machinery experiments/analysis/attention.py)."""
 import dataclasses
 import json
 import math
@@ -12,6 +13,7 @@ import pytest
 import randomized_pe as rpe
 import tasks
 from experiments import analyze
+from experiments.analysis import attention as attention_lib
 from experiments.training import loop
 from randomized_pe import probes
 from tests.test_training import tiny_config
@@ -24,17 +26,17 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def _reverse_source(n):
-  return analyze.expected_source(tasks.get("reverse_string"), n)
+  return attention_lib.expected_source(tasks.get("reverse_string"), n)
 
 
 def test_expected_sources():
   np.testing.assert_array_equal(_reverse_source(3), [-1, -1, -1, 2, 1, 0])
-  np.testing.assert_array_equal(analyze.expected_source(tasks.get("duplicate_string"), 3),
+  np.testing.assert_array_equal(attention_lib.expected_source(tasks.get("duplicate_string"), 3),
                                 [-1, -1, -1, 0, 1, 2, 0, 1, 2])
   # odds_first: 0 1 1 0 1 -> the inputs at 1, 3, then at 0, 2, 4.
-  np.testing.assert_array_equal(analyze.expected_source(tasks.get("odds_first"), 5)[5:],
+  np.testing.assert_array_equal(attention_lib.expected_source(tasks.get("odds_first"), 5)[5:],
                                 [1, 3, 0, 2, 4])
-  assert analyze.expected_source(tasks.get("parity_check"), 4) is None
+  assert attention_lib.expected_source(tasks.get("parity_check"), 4) is None
 
 
 def test_anti_diagonal_fraction_of_known_matrices():
@@ -99,7 +101,7 @@ def test_forced_reversal_model_gives_anti_diagonal_one():
   params["encoder/attention_0/key"]["w"] = w_k
   params["encoder/attention_0/query"]["w"] = w_q
   # Head 0: logits scale^2 / sqrt(8) = 35 on the mirror, 0 elsewhere; head 1 sees zeros.
-  probe = jax.jit(analyze.make_probe(model, attention=True, activations=True))
+  probe = jax.jit(attention_lib.make_probe(model, attention=True, activations=True))
   tokens = np.array([[0, 1, 1, 2, 2, 2], [1, 0, 0, 2, 2, 2]], np.int32)
   targets = tokens[:, :n][:, ::-1]
   out = jax.device_get(probe(params, jax.random.PRNGKey(1), tokens, targets,
@@ -273,8 +275,8 @@ def test_pca_is_fitted_on_training_activations_only():
   inside = rng.normal(size=(200, 8)) * np.array([5, 3, 1, 1, 1, 1, 1, 1]) + 2.0
   near = rng.normal(size=(300, 8)) * np.array([5, 3, 1, 1, 1, 1, 1, 1]) + 2.0
   far = near + 40.0 * np.eye(8)[5]  # Off the training cloud, along a low-variance axis.
-  fit_a, numbers_near, (inside_a, near_proj) = analyze.pca_numbers(inside, near)
-  fit_b, numbers_far, (inside_b, _) = analyze.pca_numbers(inside, far)
+  fit_a, numbers_near, (inside_a, near_proj) = attention_lib.pca_numbers(inside, near)
+  fit_b, numbers_far, (inside_b, _) = attention_lib.pca_numbers(inside, far)
   for a, b in zip(fit_a, fit_b):  # Other points do not move the fit.
     np.testing.assert_array_equal(a, b)
   np.testing.assert_array_equal(inside_a, inside_b)
@@ -347,7 +349,7 @@ def test_command_line_writes_figures_and_numbers(tiny_run, tmp_path, capsys):
     assert p["nearest_training_distance"] >= 0.0 and np.isfinite(p["centroid_shift"])
     assert 0.0 <= p["mahalanobis_2d"]["training"] <= math.sqrt(2) + 1e-9
   # Nothing was written into the run's own folder.
-  assert not os.path.exists(os.path.join(tiny_run, analyze.OUT_FOLDER))
+  assert not os.path.exists(os.path.join(tiny_run, attention_lib.OUT_FOLDER))
 
 
 @pytest.mark.parametrize("args, message", [

@@ -20,7 +20,7 @@ import tasks
 from configs import table5
 from experiments.training import data
 from experiments.training import steps
-from experiments import sweep
+from experiments.training import jobs as sweep
 from experiments.training import validation
 from randomized_pe import attention as attn_lib
 from randomized_pe import families

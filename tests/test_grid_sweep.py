@@ -12,9 +12,9 @@ from configs import table1
 from experiments.storage import checkpoints
 from experiments.training import data
 from experiments.training import evaluation
-from experiments import report
+from experiments.analysis import tables as report
 from experiments.training import steps
-from experiments import sweep
+from experiments.training import jobs as sweep
 from tests import sweep_helpers
 from tests.test_training import tiny_config
 

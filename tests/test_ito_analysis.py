@@ -13,9 +13,9 @@ import sys
 import numpy as np
 import pytest
 
-from experiments import ito_analysis as ia
-from experiments import ito_report
-from experiments import sweep
+from experiments.analysis import ito as ia
+from experiments.analysis import ito_tables as ito_report
+from experiments.training import jobs as sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": ROOT}

@@ -14,10 +14,10 @@ import pytest
 
 from configs import ito_sweep
 from configs import latin_square
-from experiments import ito_analysis as ia
-from experiments import ito_report
+from experiments.analysis import ito as ia
+from experiments.analysis import ito_tables as ito_report
 from experiments.training import loop
-from experiments import sweep
+from experiments.training import jobs as sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": ROOT}

@@ -46,11 +46,11 @@ def test_no_folder_shares_its_name_with_a_module_beside_it():
 
 
 def test_the_paper_numbers_are_where_the_report_reads_them():
-  from experiments import report  # pylint: disable=import-outside-toplevel
+  from experiments.analysis import tables  # pylint: disable=import-outside-toplevel
 
-  path = pathlib.Path(report.PAPER_RESULTS)
+  path = pathlib.Path(tables.PAPER_RESULTS)
   assert path.is_file() and path.parent.name == "paper_numbers"
-  assert "table1_max_over_seeds_and_lrs" in report.load_paper()
+  assert "table1_max_over_seeds_and_lrs" in tables.load_paper()
 
 
 def test_every_task_name_is_defined_in_tasks():
@@ -74,3 +74,50 @@ def test_the_tasks_cite_nothing_outside_the_repository():
            if p.suffix in (".py", ".md") and "__pycache__" not in p.parts
            and any(s in p.read_text(encoding="utf-8") for s in ("../shared", "SPEC-EXTENSIONS"))]
   assert not cited, cited
+
+
+# The floors of experiments/ (issue #30): a module imports only from floors below its
+# own, or from its own room (folder). Entry points import no other entry point.
+FLOORS = {"storage": 1, "cli": 1, "training": 2, "analysis": 3}
+ENTRY_POINTS = ("train", "sweep", "report", "analyze", "ito_report", "ito_analysis",
+                "benchmark", "benchmark_driver")
+
+
+def _room(dotted: str) -> str:
+  """experiments.training.loop -> training; experiments.report -> report."""
+  return dotted.split(".")[1]
+
+
+def _experiments_imports(path: pathlib.Path) -> set[str]:
+  import ast  # pylint: disable=import-outside-toplevel
+
+  found = set()
+  for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+      if node.module == "experiments":
+        found |= {f"experiments.{a.name}" for a in node.names}
+      elif node.module.startswith("experiments."):
+        found.add(node.module)
+    elif isinstance(node, ast.Import):
+      found |= {a.name for a in node.names if a.name.startswith("experiments.")}
+  return found
+
+
+def test_experiments_imports_run_down_its_floors_only():
+  rooms = {p.name for p in ROOT.joinpath("experiments").iterdir()
+           if p.is_dir() and p.joinpath("__init__.py").exists()}
+  assert rooms == {"storage", "training", "analysis"}, rooms
+  modules = {p.stem for p in ROOT.joinpath("experiments").glob("*.py")} - {"__init__"}
+  assert modules == {"cli", *ENTRY_POINTS}, modules  # Machinery lives in a room.
+  wrong = []
+  for path in ROOT.joinpath("experiments").rglob("*.py"):
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    room = parts[1]
+    floor = FLOORS.get(room, 4)
+    for target in _experiments_imports(path):
+      other = _room(target)
+      if other == room and room in FLOORS:
+        continue  # Within one room.
+      if FLOORS.get(other, 4) >= floor:
+        wrong.append(f"{'/'.join(parts)}.py imports {target}")
+  assert not wrong, wrong

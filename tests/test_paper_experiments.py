@@ -12,8 +12,8 @@ from configs import figure2
 from configs import figure3
 from configs import table3
 from configs import table5
-from experiments import report
-from experiments import sweep
+from experiments.analysis import tables as report
+from experiments.training import jobs as sweep
 from experiments.training import validation
 
 CONFIGS = {"table3": table3, "figure3": figure3, "figure2": figure2}

@@ -15,8 +15,8 @@ import pytest
 from experiments.storage import checkpoints
 from experiments.storage import io_utils
 from experiments.training import loop
-from experiments import report
-from experiments import sweep
+from experiments.analysis import tables as report
+from experiments.training import jobs as sweep
 from experiments.training import trained_run
 from experiments.storage import workdir as workdir_lib
 from tests import sweep_helpers
@@ -317,7 +317,7 @@ def test_a_killed_sweep_driver_leaves_no_live_worker(tmp_path):
   sweep_dir = tmp_path / "sweep"
   script = f"""
 import sys; sys.path.insert(0, {ROOT!r})
-from experiments import sweep
+from experiments.training import jobs as sweep
 from tests import sweep_helpers
 from tests.test_reliability import _sweep_config
 sweep.run_sweep(_sweep_config(), {str(sweep_dir)!r}, workers=2,

@@ -181,8 +181,8 @@ def test_two_interrupts_while_compiling_do_not_crash(tmp_path):
 
 def test_a_report_of_an_unfinished_sweep_shows_missing_cells_and_names_the_jobs(tmp_path):
   from experiments.storage import io_utils  # pylint: disable=import-outside-toplevel
-  from experiments import report  # pylint: disable=import-outside-toplevel
-  from experiments import sweep  # pylint: disable=import-outside-toplevel
+  from experiments.analysis import tables as report  # pylint: disable=import-outside-toplevel
+  from experiments.training import jobs as sweep  # pylint: disable=import-outside-toplevel
 
   def job(config_dict, workdir):
     if config_dict["task"] == "parity_check":

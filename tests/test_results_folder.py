@@ -10,8 +10,8 @@ import shutil
 import pytest
 
 from configs import table1
-from experiments import report
-from experiments import sweep
+from experiments.analysis import tables as report
+from experiments.training import jobs as sweep
 from tests.test_training import tiny_config
 
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")

@@ -15,7 +15,7 @@ import pytest
 import tasks
 from configs import scales
 from experiments.training import data
-from experiments import sweep
+from experiments.training import jobs as sweep
 from experiments.training import validation
 
 EXPERIMENTS = ("table1", "table3", "table5", "figure2", "figure3", "su")

@@ -9,8 +9,8 @@ import pytest
 
 from configs import su
 from configs import table1
-from experiments import report
-from experiments import sweep
+from experiments.analysis import tables as report
+from experiments.training import jobs as sweep
 from experiments.training import validation
 
 

@@ -3,7 +3,7 @@ results travel with the code that made them and a sweep of many sessions resumes
 any fresh clone (issue 25; `experiments.sweep --commit_results`).
 
 A job's small files: config.json, eval.json, metrics.jsonl and the files its
-`sweep.job_outputs` name (experiments/sweep.py). Checkpoints, event files and logs are
+`sweep.job_outputs` name (experiments/training/jobs.py). Checkpoints, event files and logs are
 never committed (the repository's .gitignore also keeps them out of results/). The
 commit holds those files only (`git commit --only`), whatever else is staged, and a
 failure (no repository, a lock held by another git command) is one warning line: the

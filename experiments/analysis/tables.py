@@ -1,0 +1,1127 @@
+"""The report's tables and figures: a sweep's results beside the paper's numbers (the
+paper's tables, the variants report, the appendix's tables and figures, the CPU study),
+and one run's curves. The command line and what it writes: experiments/report.py
+(python -m experiments.report)."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import sys
+
+import numpy as np
+
+from experiments.storage import io_utils
+
+PAPER_RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                             "paper_numbers",
+                             "paper_results.json")
+MISSING = "–"
+
+
+def load_paper() -> dict:
+  with open(PAPER_RESULTS) as f:
+    return json.load(f)
+
+
+def load_sweep(sweep_dir: str) -> dict:
+  """{(task, pe): eval result} for every job folder with an eval.json.
+
+  Folders the sweep moved aside (ENCODING.replaced-TIME) are not results; a damaged
+  eval.json is named on stderr and left out.
+  """
+  results = {}
+  for task in sorted(os.listdir(sweep_dir)):
+    task_dir = os.path.join(sweep_dir, task)
+    if not os.path.isdir(task_dir):
+      continue
+    for pe in sorted(os.listdir(task_dir)):
+      path = os.path.join(task_dir, pe, "eval.json")
+      if ".replaced-" in pe or not os.path.exists(path):
+        continue
+      try:
+        results[(task, pe)] = io_utils.read_json(path)
+      except io_utils.CorruptFileError as e:
+        print(f"warning: {e}; left out of the report", file=sys.stderr)
+  return results
+
+
+def _unseen_scores(result: dict) -> list[tuple[int, float, float]]:
+  """(seed, learning rate, unseen accuracy in %) of every model of a job."""
+  return [(m["seed"], m["learning_rate"], 100 * m["scores"]["unseen"])
+          for m in result["models"] if m["scores"]["unseen"] is not None]
+
+
+def table1_value(result: dict) -> float | None:
+  scores = [s for _, _, s in _unseen_scores(result)]
+  return max(scores) if scores else None
+
+
+def table4_value(result: dict) -> tuple[float, float] | None:
+  """Mean and std over seeds at the learning rate with the best mean."""
+  by_rate = {}
+  for _, rate, score in _unseen_scores(result):
+    by_rate.setdefault(rate, []).append(score)
+  if not by_rate:
+    return None
+  best = max(by_rate.values(), key=np.mean)
+  return float(np.mean(best)), float(np.std(best))
+
+
+def _ordered(values, reference):
+  return [v for v in reference if v in values] + sorted(v for v in values if v not in reference)
+
+
+def unfinished_jobs(sweep_dir: str, results: dict) -> list[tuple[str, str]]:
+  """(task, variant) of every job of the sweep without a result: the jobs its configs
+  name (`sweep.tasks` x its variants, from any job's config.json) and the job folders
+  holding a config.json, less those in `results`."""
+  from experiments.training import jobs  # pylint: disable=import-outside-toplevel
+
+  started = set()
+  for task in sorted(os.listdir(sweep_dir)):
+    task_dir = os.path.join(sweep_dir, task)
+    if not os.path.isdir(task_dir):
+      continue
+    for name in sorted(os.listdir(task_dir)):
+      if ".replaced-" not in name and os.path.exists(os.path.join(task_dir, name,
+                                                                  "config.json")):
+        started.add((task, name))
+  expected = set(started)
+  for task, name in sorted(started | set(results)):
+    try:
+      sweep_config = (stored_job_config(sweep_dir, task, name) or {}).get("sweep") or {}
+      names = [n for n, _ in jobs.variants(sweep_config)]
+    except (io_utils.CorruptFileError, ValueError, AttributeError, TypeError):
+      continue
+    expected |= {(t, n) for t in sweep_config.get("tasks") or () for n in names}
+  return sorted(expected - set(results))
+
+
+def _unfinished_line(unfinished) -> str:
+  if not unfinished:
+    return ""
+  shown = ", ".join(f"{t}/{n}" for t, n in unfinished[:10])
+  more = f" and {len(unfinished) - 10} more" if len(unfinished) > 10 else ""
+  return (f"unfinished: {len(unfinished)} job(s) without a result ({shown}{more}) are "
+          f"missing cells ({MISSING}); run the sweep again to finish them")
+
+
+def build_tables(results: dict, paper: dict, unfinished=()):
+  """Returns (tasks, encodings, table1 cells, table4 cells); a cell is (ours, paper).
+  Unfinished jobs ((task, encoding) pairs) get rows and columns of missing cells."""
+  tasks = _ordered({t for t, _ in results} | {t for t, _ in unfinished},
+                   list(paper["task_levels"]))
+  encodings = _ordered({p for _, p in results} | {p for _, p in unfinished},
+                       paper["encodings"])
+  t1, t4 = {}, {}
+  for task in tasks:
+    for pe in encodings:
+      result = results.get((task, pe))
+      t1[task, pe] = (table1_value(result) if result else None,
+                      paper["table1_max_over_seeds_and_lrs"].get(task, {}).get(pe))
+      ref = paper["table4_mean_std_over_seeds_best_lr"].get(task, {}).get(pe)
+      t4[task, pe] = (table4_value(result) if result else None,
+                      (ref["mean"], ref["std"]) if ref else None)
+  return tasks, encodings, t1, t4
+
+
+def headline(tasks, encodings, table1) -> dict:
+  """Per task, best randomized minus best non-randomized encoding (ours and paper)."""
+  out = {}
+  for which in (0, 1):
+    gains = {}
+    for task in tasks:
+      rand = [table1[task, p][which] for p in encodings if p.startswith("randomized_")]
+      plain = [table1[task, p][which] for p in encodings if not p.startswith("randomized_")]
+      rand = [v for v in rand if v is not None]
+      plain = [v for v in plain if v is not None]
+      if rand and plain:
+        gains[task] = max(rand) - max(plain)
+    out["ours" if which == 0 else "paper_same_cells"] = {
+        "per_task": gains, "average_gain_points": float(np.mean(list(gains.values())))
+        if gains else None, "tasks_counted": len(gains)}
+    if not gains:
+      out["ours" if which == 0 else "paper_same_cells"]["why_none"] = (
+          "no task has both a randomized and a classic encoding with a result")
+  return out
+
+
+def _fmt(value, paper_value, pair=False):
+  if pair:
+    ours = MISSING if value is None else f"{value[0]:.1f} ± {value[1]:.1f}"
+    ref = MISSING if paper_value is None else f"{paper_value[0]:.1f} ± {paper_value[1]:.1f}"
+  else:
+    ours = MISSING if value is None else f"{value:.1f}"
+    ref = MISSING if paper_value is None else f"{paper_value:.1f}"
+  return f"{ours} ({ref})"
+
+
+def markdown_table(tasks, encodings, cells, pair=False) -> str:
+  lines = ["| task | " + " | ".join(encodings) + " |",
+           "|---|" + "---:|" * len(encodings)]
+  for task in tasks:
+    lines.append(f"| {task} | " + " | ".join(_fmt(*cells[task, p], pair=pair)
+                                           for p in encodings) + " |")
+  return "\n".join(lines)
+
+
+def csv_table(tasks, encodings, cells, pair=False) -> str:
+  buffer = io.StringIO()
+  writer = csv.writer(buffer)
+  if pair:
+    writer.writerow(["task", "encoding", "ours_mean", "ours_std", "paper_mean", "paper_std"])
+  else:
+    writer.writerow(["task", "encoding", "ours", "paper"])
+  for task in tasks:
+    for pe in encodings:
+      ours, ref = cells[task, pe]
+      if pair:
+        ours, ref = ours or (None, None), ref or (None, None)
+        row = [*ours, *ref]
+      else:
+        row = [ours, ref]
+      writer.writerow([task, pe] + ["" if v is None else f"{v:.2f}" for v in row])
+  return buffer.getvalue()
+
+
+def plot_task(task: str, results: dict, encodings, path: str) -> None:
+  """Accuracy against length of the best model per encoding, training range shaded."""
+  plt, fig, (ax,) = _figure(7, 4)
+  training_range = None
+  for pe in encodings:
+    result = results.get((task, pe))
+    if not result or not result["models"]:
+      continue
+    best = max(result["models"], key=lambda m: m["scores"]["unseen"] or -1)
+    ax.plot(result["lengths"], 100 * np.asarray(best["accuracy"]), label=pe,
+            linestyle="-" if pe.startswith("randomized_") else "--")
+    training_range = result["training_lengths"]
+  if training_range:
+    ax.axvspan(training_range[0], training_range[1], color="grey", alpha=0.15,
+               label="training lengths")
+  ax.set(xlabel="sequence length", ylabel="accuracy (%)", title=task, ylim=(0, 102))
+  ax.legend(fontsize=7, loc="lower left")
+  _save(plt, fig, path)
+
+
+# The variants report (a sweep with `sweep.variants`, e.g. configs/su.py).
+
+
+def sweep_variants(sweep_dir: str, results: dict) -> list[str] | None:
+  """The sweep's variant names in the config's order, from the jobs' config.json
+  (`sweep.encodings` then `sweep.variants`); None if no job's config names variants."""
+  from experiments.training import jobs  # pylint: disable=import-outside-toplevel
+
+  for task, name in results:
+    try:
+      stored = stored_job_config(sweep_dir, task, name) or {}
+    except io_utils.CorruptFileError:
+      continue
+    sweep_config = stored.get("sweep") or {}
+    if sweep_config.get("variants"):
+      try:
+        return [n for n, _ in jobs.variants(sweep_config)]
+      except ValueError:
+        continue
+  return None
+
+
+def _best_rate_models(result: dict) -> list[dict]:
+  """The models (one per seed) at the learning rate whose mean unseen accuracy is best,
+  as table4_value chooses it; models without an unseen score are left out."""
+  by_rate = {}
+  for m in result["models"]:
+    if m["scores"]["unseen"] is not None:
+      by_rate.setdefault(m["learning_rate"], []).append(m)
+  if not by_rate:
+    return []
+  return max(by_rate.values(), key=lambda ms: np.mean([m["scores"]["unseen"] for m in ms]))
+
+
+def variant_value(result: dict) -> tuple[float, float, int, float | None] | None:
+  """(mean, std, number of seeds, mean training-length accuracy) in %, over seeds at the
+  best learning rate (the unseen accuracy's); std is NumPy's (ddof=0), as in Table 4."""
+  models = _best_rate_models(result)
+  if not models:
+    return None
+  scores = [100 * m["scores"]["unseen"] for m in models]
+  return float(np.mean(scores)), float(np.std(scores)), len(scores), training_value(result)
+
+
+# A model that has not learned its training lengths says nothing about unseen ones: every
+# table shows the training-length accuracy beside the unseen one, marked below this.
+TRAINED = 95.0
+UNTRAINED_MARK = "†"
+
+
+def training_value(result: dict) -> float | None:
+  """Mean over seeds (at the best learning rate, as `_best_rate_models`) of the accuracy
+  in % averaged over the training lengths; None without such scores."""
+  scores = [100 * m["scores"]["train_range"] for m in _best_rate_models(result)
+            if m["scores"].get("train_range") is not None]
+  return float(np.mean(scores)) if scores else None
+
+
+def training_text(train: float | None) -> str:
+  """" (train 99.1)", marked when below TRAINED; "" when unknown."""
+  if train is None:
+    return ""
+  return f" (train {train:.1f}{UNTRAINED_MARK if train < TRAINED else ''})"
+
+
+def build_variant_table(results: dict, order: list[str] | None, paper: dict):
+  """Returns (tasks, variants, cells); a cell is variant_value or None (missing)."""
+  tasks = _ordered({t for t, _ in results}, list(paper["task_levels"]))
+  names = _ordered({v for _, v in results}, order or [])
+  cells = {(task, name): (variant_value(results[task, name]) if (task, name) in results
+                          else None)
+           for task in tasks for name in names}
+  return tasks, names, cells
+
+
+def variant_markdown(tasks, names, cells) -> str:
+  lines = ["| task | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+  for task in tasks:
+    row = [MISSING if cells[task, n] is None else
+           f"{cells[task, n][0]:.1f} ± {cells[task, n][1]:.1f}{training_text(cells[task, n][3])}"
+           for n in names]
+    lines.append(f"| {task} | " + " | ".join(row) + " |")
+  return "\n".join(lines)
+
+
+def variant_csv(tasks, names, cells) -> str:
+  buffer = io.StringIO()
+  writer = csv.writer(buffer)
+  writer.writerow(["task", "variant", "mean", "std", "seeds", "training_mean"])
+  for task in tasks:
+    for name in names:
+      cell = cells[task, name]
+      writer.writerow([task, name] + (["", "", "", ""] if cell is None else
+                                      [f"{cell[0]:.2f}", f"{cell[1]:.2f}", cell[2],
+                                       "" if cell[3] is None else f"{cell[3]:.2f}"]))
+  return buffer.getvalue()
+
+
+def plot_variants(task: str, results: dict, names, path: str) -> None:
+  """Accuracy against length per variant: mean over seeds at the best learning rate,
+  a band of ± one std, the training range shaded."""
+  plt, fig, (ax,) = _figure(8, 4.5)
+  training_range = None
+  for i, name in enumerate(names):
+    result = results.get((task, name))
+    models = _best_rate_models(result) if result else []
+    if not models:
+      continue
+    accuracy = 100 * np.asarray([m["accuracy"] for m in models], dtype=float)
+    mean, std = accuracy.mean(axis=0), accuracy.std(axis=0)
+    line, = ax.plot(result["lengths"], mean, label=f"{name} ({len(models)} seeds)",
+                    linestyle=("-", "--", ":", "-.")[i // 10 % 4],
+                    color=plt.get_cmap("tab10")(i % 10))
+    ax.fill_between(result["lengths"], mean - std, mean + std, color=line.get_color(),
+                    alpha=0.12, linewidth=0)
+    training_range = result["training_lengths"]
+  if training_range:
+    ax.axvspan(training_range[0], training_range[1], color="grey", alpha=0.15,
+               label="training lengths")
+  ax.set(xlabel="sequence length", ylabel="accuracy (%)", title=task, ylim=(0, 102))
+  ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
+  _save(plt, fig, path)
+
+
+def write_variant_report(sweep_dir: str, results: dict, order, out_dir: str) -> dict:
+  tasks, names, cells = build_variant_table(results, order, load_paper())
+  note = ("Mean ± std over seeds (at the learning rate with the best mean) of the accuracy "
+          "in % averaged over the unseen test lengths, and in brackets the mean accuracy on "
+          f"the training lengths ({UNTRAINED_MARK}: below {TRAINED:.0f}%, the model did not "
+          f"learn its task and its unseen score is no result); {MISSING} marks a job not "
+          "(yet) finished.")
+  md = f"## Unseen-length accuracy per variant\n\n{note}\n\n" + variant_markdown(
+      tasks, names, cells)
+  io_utils.atomic_write_text(os.path.join(out_dir, "variants.md"), md + "\n")
+  io_utils.atomic_write_text(os.path.join(out_dir, "variants.csv"),
+                             variant_csv(tasks, names, cells))
+  for task in tasks:
+    plot_variants(task, results, names, os.path.join(out_dir, "figures", f"{task}.png"))
+  return {"kind": "variants", "tasks": tasks, "variants": names, "cells": cells,
+          "table": md, "out_dir": out_dir}
+
+
+def stored_job_config(sweep_dir: str, task: str, name: str) -> dict | None:
+  """A job's config.json (None without one; CorruptFileError if damaged)."""
+  from experiments.storage import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
+  return workdir_lib.stored_config(os.path.join(sweep_dir, task, name))
+
+
+def _figure(width=7, height=4, ncols=1):
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  fig, axes = plt.subplots(1, ncols, figsize=(width * ncols, height), squeeze=False)
+  return plt, fig, list(axes[0])
+
+
+def _save(plt, fig, path: str) -> None:
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def _pair_text(value, digits=1):
+  return MISSING if value is None else f"{value[0]:.{digits}f} ± {value[1]:.{digits}f}"
+
+
+def _write_both(out_dir: str, name: str, md: str, rows: list[list]) -> None:
+  """OUT/NAME.md and OUT/NAME.csv (None cells empty, floats with two decimals)."""
+  io_utils.atomic_write_text(os.path.join(out_dir, f"{name}.md"), md + "\n")
+  buffer = io.StringIO()
+  writer = csv.writer(buffer)
+  for row in rows:
+    writer.writerow(["" if v is None else f"{v:.2f}" if isinstance(v, float) else v
+                     for v in row])
+  io_utils.atomic_write_text(os.path.join(out_dir, f"{name}.csv"), buffer.getvalue())
+
+
+# Table 2: running times.
+
+
+def table2_cells(results: dict, tasks, encodings, paper: dict) -> dict:
+  """(task, encoding) -> ((our hours, models in the job) or None, (paper mean, std) or None).
+
+  Ours: the job's training seconds (eval.json's train_seconds: training wall time,
+  compiling included, evaluation excluded) in hours. A job trains its grid of models in
+  one program, so its time is for all of them; the paper's is for one model per GPU.
+  """
+  published = paper.get("table2_running_hours_mean_std", {}).get("hours", {})
+  cells = {}
+  for task in tasks:
+    for pe in encodings:
+      result = results.get((task, pe))
+      ours = None
+      if result and result.get("train_seconds") is not None:
+        ours = (result["train_seconds"] / 3600, len(result["models"]))
+      ref = published.get(task, {}).get(pe)
+      cells[task, pe] = (ours, tuple(ref) if ref else None)
+  return cells
+
+
+def table2_markdown(tasks, encodings, cells) -> str:
+  lines = ["## Table 2: training time in hours",
+           "",
+           "Cells: ours, the whole job (its grid of models trained together in one "
+           "program; models in brackets) (paper: mean ± std over runs of one model on a "
+           f"V100). {MISSING}: no job, or a job without its time (runs made before times "
+           "were recorded).",
+           "",
+           "| task | " + " | ".join(encodings) + " |", "|---|" + "---:|" * len(encodings)]
+  for task in tasks:
+    row = []
+    for pe in encodings:
+      ours, ref = cells[task, pe]
+      ours_text = MISSING if ours is None else f"{ours[0]:.3g} [{ours[1]}]"
+      row.append(f"{ours_text} ({_pair_text(ref, 2)})")
+    lines.append(f"| {task} | " + " | ".join(row) + " |")
+  return "\n".join(lines)
+
+
+def table2_csv(tasks, encodings, cells) -> str:
+  buffer = io.StringIO()
+  writer = csv.writer(buffer)
+  writer.writerow(["task", "encoding", "ours_hours", "ours_models", "paper_mean", "paper_std"])
+  for task in tasks:
+    for pe in encodings:
+      ours, ref = cells[task, pe]
+      ours, ref = ours or (None, None), ref or (None, None)
+      writer.writerow([task, pe, "" if ours[0] is None else f"{ours[0]:.4f}",
+                       "" if ours[1] is None else ours[1],
+                       *["" if v is None else f"{v:.2f}" for v in ref]])
+  return buffer.getvalue()
+
+
+# Table 3: randomized sin/cos, sorted and unsorted (configs/table3.py).
+
+TABLE3_VARIANTS = ("sorted", "unsorted")
+
+
+def write_table3_report(results: dict, out_dir: str) -> dict:
+  """Max over seeds and learning rates per (task, sorted/unsorted), ours (paper), and the
+  mean over tasks of sorted minus unsorted (the paper: +15.7 points over its 15 tasks)."""
+  paper = load_paper()
+  published = {"sorted": {t: row.get("randomized_sin_cos") for t, row in
+                          paper["table1_max_over_seeds_and_lrs"].items()},
+               "unsorted": paper["table3_randomized_sin_cos_unsorted"]}
+  tasks = _ordered({t for t, _ in results}, list(paper["task_levels"]))
+  cells = {(task, v): (table1_value(results[task, v]) if (task, v) in results else None,
+                       published[v].get(task))
+           for task in tasks for v in TABLE3_VARIANTS}
+  gains = {}
+  for which in (0, 1):
+    diffs = [cells[t, "sorted"][which] - cells[t, "unsorted"][which] for t in tasks
+             if cells[t, "sorted"][0] is not None and cells[t, "unsorted"][0] is not None
+             and cells[t, "sorted"][1] is not None and cells[t, "unsorted"][1] is not None]
+    gains["ours" if which == 0 else "paper_same_tasks"] = (
+        float(np.mean(diffs)) if diffs else None)
+  note = ("Cells: ours (paper). Accuracy in % averaged over the unseen test lengths, "
+          "maximised over seeds and learning rates as the paper's Table 3; the paper's "
+          f"sorted column is its Table 1. {MISSING}: a job not (yet) finished.")
+  md = (f"## Table 3: randomized sin/cos with and without sorting\n\n{note}\n\n"
+        + markdown_table(tasks, TABLE3_VARIANTS, cells))
+  if gains["ours"] is not None:
+    md += (f"\n\nsorted minus unsorted, mean over these tasks: {gains['ours']:+.1f} points "
+           f"(paper, same tasks: {gains['paper_same_tasks']:+.1f}; paper, 15 tasks: +15.7)")
+  _write_both(out_dir, "table3", md, [["task", "variant", "ours", "paper"]] + [
+      [task, v, *cells[task, v]] for task in tasks for v in TABLE3_VARIANTS])
+  for task in tasks:
+    plot_variants(task, results, list(TABLE3_VARIANTS),
+                  os.path.join(out_dir, "figures", f"{task}.png"))
+  return {"kind": "table3", "tasks": tasks, "cells": cells, "gains": gains, "table": md,
+          "text": md}
+
+
+# Figure 3: accuracy against the maximum position L (configs/figure3.py).
+
+
+def write_figure3_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
+  """Unseen-length accuracy per (task, L): mean ± std over seeds at the best learning
+  rate and the max over seeds and learning rates; L read from each job's config.json."""
+  paper = load_paper()
+  points = {}  # task -> [(L, variant value, max)]
+  for (task, name), result in results.items():
+    stored = stored_job_config(sweep_dir, task, name)
+    if not stored:
+      print(f"warning: {task}/{name} has no config.json (its L); left out", file=sys.stderr)
+      continue
+    points.setdefault(task, []).append(
+        (stored["model"]["max_position"], variant_value(result), table1_value(result)))
+  tasks = _ordered(set(points), list(paper["task_levels"]))
+  values = sorted({p[0] for task in tasks for p in points[task]})
+  by_cell = {(task, p[0]): p for task in tasks for p in points[task]}
+  lines = ["## Figure 3: unseen-length accuracy against the maximum position L", "",
+           "Cells: mean ± std over seeds at the best learning rate (max over seeds and "
+           "learning rates) (train: mean accuracy on the training lengths, "
+           f"{UNTRAINED_MARK} below {TRAINED:.0f}%). Accuracy in % averaged over the unseen "
+           f"test lengths. {MISSING}: "
+           "a job not (yet) finished. The paper gives no numbers, only its reading: "
+           "largely unaffected by L unless L is much larger than the test lengths.", "",
+           "| task | " + " | ".join(f"L = {v}" for v in values) + " |",
+           "|---|" + "---:|" * len(values)]
+  rows = [["task", "L", "mean", "std", "seeds", "max", "training_mean"]]
+  for task in tasks:
+    cells = []
+    for v in values:
+      cell = by_cell.get((task, v))
+      if cell is None or cell[1] is None:
+        cells.append(MISSING)
+        rows.append([task, v, None, None, None, None])
+        continue
+      (mean, std, n, train), best = cell[1], cell[2]
+      cells.append(f"{mean:.1f} ± {std:.1f} ({best:.1f}){training_text(train)}")
+      rows.append([task, v, mean, std, n, best, train])
+    lines.append(f"| {task} | " + " | ".join(cells) + " |")
+  md = "\n".join(lines)
+  _write_both(out_dir, "figure3", md, rows)
+  plt, fig, axes = _figure(5, 3.8, max(1, len(tasks)))
+  for ax, task in zip(axes, tasks):
+    pts = sorted((p for p in points[task] if p[1] is not None), key=lambda p: p[0])
+    if pts:
+      xs = [p[0] for p in pts]
+      ax.errorbar(xs, [p[1][0] for p in pts], yerr=[p[1][1] for p in pts], marker="o",
+                  capsize=3, label="mean ± std over seeds")
+      ax.plot(xs, [p[2] for p in pts], "x--", label="max over seeds and rates")
+      ax.set_xscale("log", base=2)
+      ax.set_xticks(xs, [str(x) for x in xs])
+    ax.set(xlabel="maximum position L", ylabel="unseen-length accuracy (%)", title=task,
+           ylim=(0, 102))
+    ax.legend(fontsize=7, loc="lower left")
+  _save(plt, fig, os.path.join(out_dir, "figure3.png"))
+  return {"kind": "figure3", "tasks": tasks, "values": values, "table": md, "text": md}
+
+
+# Figure 2: accuracy against training time (configs/figure2.py).
+
+FIGURE2_THRESHOLDS = (60.0, 70.0, 80.0, 90.0)
+
+
+def _per_model(value, count: int) -> list:
+  """A metrics value as a list over the grid's models (a single model's is a scalar)."""
+  return list(value) if isinstance(value, list) else [value] * count
+
+
+def _job_records(sweep_dir: str, task: str, name: str) -> list | None:
+  """The job's metrics.jsonl records ([] without the file; None, with a warning, if it
+  is damaged)."""
+  path = os.path.join(sweep_dir, task, name, "metrics.jsonl")
+  try:
+    return io_utils.read_jsonl(path) if os.path.exists(path) else []
+  except io_utils.CorruptFileError as e:
+    print(f"warning: {e}; left out of the report", file=sys.stderr)
+    return None
+
+
+def figure2_curve(sweep_dir: str, task: str, name: str, result: dict) -> dict | None:
+  """The job's evaluations during training at the learning rate with the best final mean:
+  {"seconds": [...], "mean": [...], "std": [...], "seeds": n, "steps_per_second": median
+  over log intervals but the first (which compiles)}; None without such records."""
+  records = _job_records(sweep_dir, task, name)
+  evaluations = [r for r in records or [] if "evaluation" in r and "train_seconds" in r]
+  if not evaluations:
+    return None
+  models = result["models"]
+  accuracy = np.asarray([_per_model(r["evaluation"]["mean"], len(models))
+                         for r in evaluations], np.float64) * 100  # [E, M]
+  rates = sorted({m["learning_rate"] for m in models})
+  best = max(rates, key=lambda rate: np.mean(
+      [accuracy[-1, i] for i, m in enumerate(models) if m["learning_rate"] == rate]))
+  columns = [i for i, m in enumerate(models) if m["learning_rate"] == best]
+  logs = [r for r in records if "evaluation" not in r and "steps_per_second" in r]
+  return {"seconds": [r["train_seconds"] for r in evaluations],
+          "mean": accuracy[:, columns].mean(axis=1).tolist(),
+          "std": accuracy[:, columns].std(axis=1).tolist(), "seeds": len(columns),
+          "learning_rate": best,
+          "steps_per_second": float(np.median([r["steps_per_second"] for r in logs[1:]]))
+                              if len(logs) > 1 else None,
+          "training_lengths": result.get("training_lengths")}
+
+
+def first_reaching(curve: dict, threshold: float) -> float | None:
+  """Training seconds of the first evaluation whose mean accuracy is >= threshold."""
+  for seconds, mean in zip(curve["seconds"], curve["mean"]):
+    if mean >= threshold:
+      return seconds
+  return None
+
+
+def write_figure2_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
+  paper = load_paper()
+  published = paper["efficiency_fig2"]
+  curves = {}
+  for (task, name), result in sorted(results.items()):
+    curve = figure2_curve(sweep_dir, task, name, result)
+    if curve is None:
+      print(f"warning: {task}/{name} has no evaluations during training "
+            "(evaluation.every_steps); left out", file=sys.stderr)
+      continue
+    curves[task, name] = curve
+  lines = ["## Figure 2: accuracy on the test lengths against training time", "",
+           "Mean accuracy (%) over the evaluated lengths, mean ± std over seeds at the best "
+           "learning rate; seconds of training (compiling included, evaluation excluded). "
+           f"{MISSING}: not reached. Paper ({published['task']}, {published['gpu']}): "
+           f"randomized relative N=40 {published['randomized_relative_N40_steps_per_s']} "
+           f"steps/s, relative N=500 {published['relative_N500_steps_per_s']} steps/s, "
+           f"above 90% {published['speedup_to_90_percent']}x sooner.", "",
+           "| task | model | training lengths | steps/s | final accuracy | "
+           + " | ".join(f"s to {t:.0f}%" for t in FIGURE2_THRESHOLDS) + " |",
+           "|---|---|---|---:|---:|" + "---:|" * len(FIGURE2_THRESHOLDS)]
+  rows = [["task", "model", "steps_per_second", "final_mean", "final_std",
+           *[f"seconds_to_{t:.0f}" for t in FIGURE2_THRESHOLDS]]]
+  for (task, name), c in curves.items():
+    reach = [first_reaching(c, t) for t in FIGURE2_THRESHOLDS]
+    lengths = c["training_lengths"] and f"{c['training_lengths'][0]}..{c['training_lengths'][1]}"
+    sps = MISSING if c["steps_per_second"] is None else f"{c['steps_per_second']:.1f}"
+    lines.append(f"| {task} | {name} | {lengths} | {sps} | "
+                 f"{c['mean'][-1]:.1f} ± {c['std'][-1]:.1f} | "
+                 + " | ".join(MISSING if r is None else f"{r:.0f}" for r in reach) + " |")
+    rows.append([task, name, c["steps_per_second"], c["mean"][-1], c["std"][-1], *reach])
+  # Speed-ups: for each task with a randomized and a classic curve, the ratio of the
+  # seconds each needs to reach each threshold both reach.
+  speedups = {}
+  for task in sorted({t for t, _ in curves}):
+    names = [n for t, n in curves if t == task]
+    rand = [n for n in names if n.startswith("randomized_")]
+    plain = [n for n in names if not n.startswith("randomized_")]
+    if len(rand) == 1 and len(plain) == 1:
+      for t in FIGURE2_THRESHOLDS:
+        a, b = first_reaching(curves[task, rand[0]], t), first_reaching(curves[task, plain[0]], t)
+        if a and b:
+          speedups.setdefault(task, {})[t] = b / a
+  for task, by_threshold in speedups.items():
+    lines.append("")
+    lines.append(f"{task}: the randomized model reaches "
+                 + ", ".join(f"{t:.0f}% {r:.1f}x sooner" for t, r in by_threshold.items())
+                 + f" (paper: 90% {published['speedup_to_90_percent']}x sooner)")
+  md = "\n".join(lines)
+  _write_both(out_dir, "figure2", md, rows)
+  tasks = sorted({t for t, _ in curves})
+  plt, fig, axes = _figure(6, 4, max(1, len(tasks)))
+  for ax, task in zip(axes, tasks):
+    for (t, name), c in curves.items():
+      if t != task:
+        continue
+      mean, std = np.asarray(c["mean"]), np.asarray(c["std"])
+      line, = ax.plot(c["seconds"], mean, marker=".", label=f"{name} ({c['seeds']} seeds)")
+      ax.fill_between(c["seconds"], mean - std, mean + std, color=line.get_color(),
+                      alpha=0.15, linewidth=0)
+    ax.set(xlabel="training time (s)", ylabel="accuracy on the test lengths (%)",
+           title=task, ylim=(0, 102))
+    ax.legend(fontsize=7, loc="lower right")
+  _save(plt, fig, os.path.join(out_dir, "figure2.png"))
+  return {"kind": "figure2", "curves": curves, "speedups": speedups, "table": md,
+          "text": md}
+
+
+# Table 5: geometric attention with directional encoding (configs/table5.py).
+
+
+def write_table5_report(results: dict, out_dir: str) -> dict:
+  """Per task and encoding of the sweep, the max over seeds and learning rates and the
+  mean ± std over seeds at the best learning rate; beside them the paper's Table 5
+  ("Geometric": its max and mean ± std) for `geometric`, and for every encoding the best
+  of the paper's Table 1 (max) and Table 4 (mean ± std) over all its encodings."""
+  paper = load_paper()
+  published = paper["table5_geometric_attention"]
+  tasks = _ordered({t for t, _ in results}, list(paper["task_levels"]))
+  encodings = _ordered({p for _, p in results}, ["geometric", "randomized_geometric"])
+  best_max = {t: max(row.values()) for t, row in paper["table1_max_over_seeds_and_lrs"].items()}
+  best_mean = {t: max(((v["mean"], v["std"]) for v in row.values()), key=lambda x: x[0])
+               for t, row in paper["table4_mean_std_over_seeds_best_lr"].items()}
+  header = ["task"]
+  for pe in encodings:
+    header += [f"{pe} max", f"{pe} mean ± std"]
+  header += ["paper Table 1 best max", "paper Table 4 best mean ± std"]
+  lines = ["## Table 5: geometric attention with directional encoding", "",
+           "Cells: ours (paper's Geometric column, for `geometric`). Accuracy in % averaged "
+           "over the unseen test lengths: the max over seeds and learning rates, and the "
+           f"mean ± std over seeds at the best learning rate. {MISSING}: a job not (yet) "
+           "finished, or a cell the paper lacks.", "",
+           "| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+  rows = [["task", "encoding", "max", "mean", "std", "paper_max", "paper_mean", "paper_std"]]
+  for task in tasks:
+    cells = []
+    for pe in encodings:
+      result = results.get((task, pe))
+      top = table1_value(result) if result else None
+      pair = table4_value(result) if result else None
+      ref = published.get(task) if pe == "geometric" else None
+      cells.append(_fmt(top, ref and ref["max"]))
+      cells.append(_fmt(pair, ref and (ref["mean"], ref["std"]), pair=True))
+      rows.append([task, pe, top, *(pair or (None, None)),
+                   *((ref["max"], ref["mean"], ref["std"]) if ref else (None,) * 3)])
+    cells.append(MISSING if task not in best_max else f"{best_max[task]:.1f}")
+    cells.append(_pair_text(best_mean.get(task)))
+    lines.append(f"| {task} | " + " | ".join(cells) + " |")
+  md = "\n".join(lines)
+  _write_both(out_dir, "table5", md, rows)
+  for task in tasks:
+    plot_task(task, results, encodings, os.path.join(out_dir, "figures", f"{task}.png"))
+  return {"kind": "table5", "tasks": tasks, "encodings": encodings, "table": md, "text": md}
+
+
+def ordering_rows(tasks, encodings, table4, training, paper_table4=None) -> list[dict]:
+  """Per task and family with both twins in the sweep: does the randomized encoding beat
+  its classic twin on the unseen lengths by more than one std (the larger of the two
+  seeds' stds)? `table4`: {(task, pe): ((mean, std) or None, paper)}; `training`:
+  {(task, pe): mean training-length accuracy or None}. Verdicts: "holds", "within one
+  std", "reversed" (classic above randomized by more than one std), "not learned" (a twin
+  below TRAINED on its training lengths), "missing" (a job not finished)."""
+  rows = []
+  for task in tasks:
+    for pe in encodings:
+      twin = f"randomized_{pe}"
+      if pe.startswith("randomized_") or twin not in encodings:
+        continue
+      classic, randomized = table4[task, pe][0], table4[task, twin][0]
+      trained = (training.get((task, pe)), training.get((task, twin)))
+      row = {"task": task, "family": pe, "classic": classic, "randomized": randomized,
+             "training": trained, "paper": (table4[task, pe][1], table4[task, twin][1])}
+      if classic is None or randomized is None:
+        row.update(gain=None, verdict="missing")
+      else:
+        gain = randomized[0] - classic[0]
+        spread = max(classic[1], randomized[1])
+        if any(t is None or t < TRAINED for t in trained):
+          verdict = "not learned"
+        elif gain > spread:
+          verdict = "holds"
+        elif gain < -spread:
+          verdict = "reversed"
+        else:
+          verdict = "within one std"
+        row.update(gain=gain, verdict=verdict)
+      rows.append(row)
+  return rows
+
+
+def ordering_markdown(rows) -> str:
+  def pair(value, train=None):
+    text = MISSING if value is None else f"{value[0]:.1f} ± {value[1]:.1f}"
+    return text + (training_text(train) if value is not None else "")
+
+  lines = ["## The paper's ordering: randomized above its classic twin by more than one std",
+           "", "Mean ± std over seeds of the unseen-length accuracy in % at the best "
+           "learning rate (train: on the training lengths, "
+           f"{UNTRAINED_MARK} below {TRAINED:.0f}%); the paper's Table 4 cells beside. "
+           "\"holds\": the randomized mean exceeds the classic one by more than the larger "
+           "std; \"not learned\": a twin below the training-length threshold, no verdict.",
+           "", "| task | family | classic | randomized | gain | verdict | paper classic | "
+           "paper randomized |", "|---|---|---:|---:|---:|---|---:|---:|"]
+  for r in rows:
+    gain = MISSING if r["gain"] is None else f"{r['gain']:+.1f}"
+    lines.append(f"| {r['task']} | {r['family']} | {pair(r['classic'], r['training'][0])} | "
+                 f"{pair(r['randomized'], r['training'][1])} | {gain} | {r['verdict']} | "
+                 f"{pair(r['paper'][0])} | {pair(r['paper'][1])} |")
+  families = sorted({r["family"] for r in rows})
+  lines.append("")
+  for family in families:
+    mine = [r for r in rows if r["family"] == family]
+    holds = sum(r["verdict"] == "holds" for r in mine)
+    lines.append(f"{family}: holds on {holds} of {len(mine)} tasks "
+                 f"({', '.join(r['task'] + ': ' + r['verdict'] for r in mine)})")
+  return "\n".join(lines)
+
+
+def write_paper_report(sweep_dir: str, results: dict, out_dir: str, unfinished=()) -> dict:
+  """Table 1, Table 4, the headline, Table 2 (hours) and a figure per task; unfinished
+  jobs are missing cells, and the headline counts the tasks with results."""
+  paper = load_paper()
+  tasks, encodings, t1, t4 = build_tables(results, paper, unfinished)
+  head = headline(tasks, encodings, t1)
+  head["paper_published"] = paper["headline"]
+  head["unfinished_jobs"] = [f"{t}/{n}" for t, n in unfinished]
+  note = ("Cells: ours (paper). Accuracy in % averaged over the unseen test lengths; "
+          f"{MISSING} marks a job not (yet) finished or a cell the paper lacks.")
+  t1_md = f"## Table 1: max over seeds and learning rates\n\n{note}\n\n" + markdown_table(
+      tasks, encodings, t1)
+  t4_md = (f"## Table 4: mean ± std over seeds at the best learning rate\n\n{note}\n\n"
+           + markdown_table(tasks, encodings, t4, pair=True))
+  io_utils.atomic_write_text(os.path.join(out_dir, "table1.md"), t1_md + "\n")
+  io_utils.atomic_write_text(os.path.join(out_dir, "table1.csv"), csv_table(tasks, encodings, t1))
+  io_utils.atomic_write_text(os.path.join(out_dir, "table4.md"), t4_md + "\n")
+  io_utils.atomic_write_text(os.path.join(out_dir, "table4.csv"),
+                             csv_table(tasks, encodings, t4, pair=True))
+  io_utils.write_json(os.path.join(out_dir, "headline.json"), head)
+  t2 = table2_cells(results, tasks, encodings, paper)
+  t2_md = table2_markdown(tasks, encodings, t2)
+  io_utils.atomic_write_text(os.path.join(out_dir, "table2.md"), t2_md + "\n")
+  io_utils.atomic_write_text(os.path.join(out_dir, "table2.csv"),
+                             table2_csv(tasks, encodings, t2))
+  for task in tasks:
+    plot_task(task, results, encodings, os.path.join(out_dir, "figures", f"{task}.png"))
+  training = {(task, pe): training_value(results[task, pe]) if (task, pe) in results else None
+              for task in tasks for pe in encodings}
+  train_md = "\n".join(
+      ["## Accuracy on the training lengths: mean over seeds at the best learning rate", "",
+       f"{UNTRAINED_MARK}: below {TRAINED:.0f}%, the unseen-length cells of that job are no "
+       "result.", "", "| task | " + " | ".join(encodings) + " |",
+       "|---|" + "---:|" * len(encodings)]
+      + [f"| {task} | " + " | ".join(
+          MISSING if training[task, pe] is None else
+          f"{training[task, pe]:.1f}{UNTRAINED_MARK if training[task, pe] < TRAINED else ''}"
+          for pe in encodings) + " |" for task in tasks])
+  io_utils.atomic_write_text(os.path.join(out_dir, "training.md"), train_md + "\n")
+  order = ordering_rows(tasks, encodings, t4, training)
+  order_md = ordering_markdown(order)
+  io_utils.atomic_write_text(os.path.join(out_dir, "ordering.md"), order_md + "\n")
+  text = t1_md
+  if order:
+    text += "\n\n" + order_md.split("\n\n")[-1]
+  ours = head["ours"]
+  if ours["average_gain_points"] is not None:
+    text += (f"\n\nheadline: best randomized minus best classic encoding, averaged over "
+             f"{ours['tasks_counted']} tasks: {ours['average_gain_points']:+.1f} points "
+             f"(paper, same cells: {head['paper_same_cells']['average_gain_points']:+.1f}; "
+             f"paper, all 15 tasks: +{paper['headline']['average_gain_points']})")
+  else:
+    text += f"\n\nheadline: not computed: {ours['why_none']}"
+  return {"kind": "paper", "tasks": tasks, "encodings": encodings, "table1": t1_md,
+          "table4": t4_md, "table2": t2_md, "headline": head, "training": training,
+          "ordering": order, "text": text}
+
+
+# The learning-speed study (configs/cpu_study.py, docs/cpu_protocol.md): variants named
+# SETTING-ENCODING, every job evaluated during training.
+
+
+def learning_curve(sweep_dir: str, task: str, name: str, result: dict) -> dict | None:
+  """The job's evaluations during training, over the seeds at the best learning rate:
+  {"steps", "seconds", "train", "unseen"} (lists; accuracy means in %); None without them."""
+  records = _job_records(sweep_dir, task, name)
+  evaluations = [r for r in records or [] if "evaluation" in r and "train_seconds" in r]
+  if not evaluations:
+    return None
+  models = result["models"]
+  best = _best_rate_models(result) or models
+  columns = [i for i, m in enumerate(models) if any(m is b for b in best)]
+
+  def series(key):
+    values = np.asarray([_per_model(r["evaluation"][key], len(models)) for r in evaluations],
+                        np.float64) * 100
+    return values[:, columns].mean(axis=1).tolist()
+
+  return {"steps": [r["step"] for r in evaluations],
+          "seconds": [r["train_seconds"] for r in evaluations],
+          "train": series("train_range"), "unseen": series("unseen")}
+
+
+def _first_step(curve: dict, key: str, threshold: float):
+  for step, value in zip(curve["steps"], curve[key]):
+    if value >= threshold:
+      return step
+  return None
+
+
+def write_study_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
+  """study.md / study.csv: per (task, setting, encoding) the final accuracy on the
+  training and unseen lengths (mean over seeds at the best learning rate), the first
+  evaluated step at >= TRAINED on the training lengths, the best unseen accuracy seen
+  during training, and the training seconds; figures/TASK.png: both accuracies against
+  steps and against training seconds, a colour per variant."""
+  paper = load_paper()
+  order = sweep_variants(sweep_dir, results) or []
+  tasks = _ordered({t for t, _ in results}, list(paper["task_levels"]))
+  names = _ordered({v for _, v in results}, order)
+  lines = ["## Learning-speed study", "",
+           "Accuracy in %: mean over seeds at the best learning rate, averaged over the "
+           f"training lengths (train) and the unseen lengths; {UNTRAINED_MARK}: train below "
+           f"{TRAINED:.0f}%; \"{TRAINED:.0f}% at\": the first evaluated step that reached it; "
+           "\"best unseen\": the highest unseen accuracy of the evaluations during "
+           f"training; seconds: training time to the last step. {MISSING}: not (yet) run.", "",
+           "| task | variant | steps | train | unseen | "
+           f"{TRAINED:.0f}% at | best unseen | seconds |",
+           "|---|---|---:|---:|---:|---:|---:|---:|"]
+  rows = [["task", "variant", "steps", "train", "unseen", "first_trained_step",
+           "best_unseen", "seconds"]]
+  curves = {}
+  for task in tasks:
+    for name in names:
+      result = results.get((task, name))
+      if result is None:
+        continue
+      value = variant_value(result)
+      curve = learning_curve(sweep_dir, task, name, result)
+      curves[task, name] = curve
+      train = None if value is None else value[3]
+      unseen = None if value is None else value[0]
+      first = _first_step(curve, "train", TRAINED) if curve else None
+      best = max(curve["unseen"]) if curve else None
+      seconds = curve["seconds"][-1] if curve else None
+      fmt = lambda v, d=1: MISSING if v is None else f"{v:.{d}f}"  # pylint: disable=unnecessary-lambda-assignment
+      mark = UNTRAINED_MARK if train is not None and train < TRAINED else ""
+      lines.append(f"| {task} | {name} | {result.get('step')} | {fmt(train)}{mark} | "
+                   f"{fmt(unseen)} | {MISSING if first is None else first} | {fmt(best)} | "
+                   f"{fmt(seconds, 0)} |")
+      rows.append([task, name, result.get("step"), train, unseen, first, best, seconds])
+  md = "\n".join(lines)
+  _write_both(out_dir, "study", md, rows)
+  for task in tasks:
+    plt, fig, (by_step, by_time) = _figure(6, 4, 2)
+    for i, name in enumerate(names):
+      curve = curves.get((task, name))
+      if not curve:
+        continue
+      color = plt.get_cmap("tab10")(i % 10)
+      for ax, xs in ((by_step, curve["steps"]), (by_time, curve["seconds"])):
+        ax.plot(xs, curve["train"], "-", color=color, label=f"{name} training lengths")
+        ax.plot(xs, curve["unseen"], "--", color=color, label=f"{name} unseen lengths")
+    by_step.set(xlabel="step", ylabel="accuracy (%)", title=task, ylim=(0, 102))
+    by_time.set(xlabel="training seconds", ylabel="accuracy (%)", title=task, ylim=(0, 102))
+    by_time.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    _save(plt, fig, os.path.join(out_dir, "figures", f"{task}.png"))
+  return {"kind": "study", "tasks": tasks, "variants": names, "curves": curves,
+          "table": md, "text": md}
+
+
+def _variants_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
+  report = write_variant_report(sweep_dir, results, sweep_variants(sweep_dir, results),
+                                out_dir)
+  return {**report, "text": report["table"]}
+
+
+# Report kinds: name -> (sweep_dir, results, out_dir) -> {"kind", "text", ...}. A sweep
+# config names its kind in `sweep.report`; the paper's and the variants report are the
+# defaults (`_declared_kind`).
+REPORTS = {
+    "paper": write_paper_report,
+    "variants": _variants_report,
+    "table3": lambda sweep_dir, results, out_dir: write_table3_report(results, out_dir),
+    "figure3": lambda sweep_dir, results, out_dir: write_figure3_report(
+        sweep_dir, results, out_dir),
+    "figure2": lambda sweep_dir, results, out_dir: write_figure2_report(
+        sweep_dir, results, out_dir),
+    "table5": lambda sweep_dir, results, out_dir: write_table5_report(results, out_dir),
+    "study": write_study_report,
+    "ito": lambda sweep_dir, results, out_dir: _ito_report(sweep_dir, results, out_dir),
+}
+
+
+def _ito_report(sweep_dir, results, out_dir):
+  """Ito et al.'s Tables 1-6 for a folder of Latin-square runs (experiments/analysis/
+  ito_tables.py)."""
+  from experiments.analysis import ito_tables  # pylint: disable=import-outside-toplevel
+  return ito_tables.report_kind(sweep_dir, results, out_dir)
+KINDS = ("auto",) + tuple(REPORTS)
+
+
+def _declared_kind(sweep_dir: str, results: dict) -> str:
+  """The jobs' `sweep.report`; else "variants" if they name variants, else "paper"."""
+  for task, name in results:
+    try:
+      stored = stored_job_config(sweep_dir, task, name) or {}
+    except io_utils.CorruptFileError:
+      continue
+    declared = (stored.get("sweep") or {}).get("report")
+    if declared in REPORTS:
+      return declared
+  return "paper" if sweep_variants(sweep_dir, results) is None else "variants"
+
+
+def write_report(sweep_dir: str, out_dir: str | None = None, kind: str = "auto") -> dict:
+  """Writes every file of the report `kind` (REPORTS, or "auto": `_declared_kind`);
+  returns its tables, its kind, the text to print and out_dir."""
+  if kind not in KINDS:
+    raise ValueError(f"unknown report kind {kind!r}; valid choices: {', '.join(KINDS)}")
+  from experiments import cli  # pylint: disable=import-outside-toplevel
+
+  cli.check_folder(sweep_dir, "sweep_dir")
+  if not os.path.isdir(sweep_dir):
+    raise ValueError(f"no sweep folder at {sweep_dir}")
+  results = load_sweep(sweep_dir)
+  if not results:
+    raise ValueError(f"no finished job (eval.json) under {sweep_dir}")
+  out_dir = out_dir or os.path.join(sweep_dir, "report")
+  if kind == "auto":
+    kind = _declared_kind(sweep_dir, results)
+  os.makedirs(os.path.join(out_dir, "figures"), exist_ok=True)
+  unfinished = unfinished_jobs(sweep_dir, results)
+  if kind == "paper":
+    report = write_paper_report(sweep_dir, results, out_dir, unfinished)
+  else:
+    report = REPORTS[kind](sweep_dir, results, out_dir)
+  if unfinished:
+    report = {**report, "text": report["text"] + "\n\n" + _unfinished_line(unfinished)}
+  return {**report, "unfinished": unfinished, "out_dir": out_dir}
+
+
+# Curves of one run: python -m experiments.report --run_dir=WORKDIR.
+
+CURVES_FILE = "curves.png"
+_SCORES = (("mean", "all lengths"), ("train_range", "training lengths"),
+           ("unseen", "unseen lengths"))
+
+
+def _run_members(run_dir: str, count: int) -> list[str]:
+  """Names of the run's models (experiments.training.events.member_names), from its config.json."""
+  from experiments.training import events  # pylint: disable=import-outside-toplevel
+  from experiments.storage import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
+  try:
+    stored = workdir_lib.stored_config(run_dir) or {}
+  except io_utils.CorruptFileError:
+    stored = {}
+  grid = stored.get("grid") or {}
+  seeds = list(grid.get("seeds") or [stored.get("seed", 0)])
+  rates = list(grid.get("learning_rates")
+               or [(stored.get("training") or {}).get("learning_rate", 0.0)])
+  members = [(s, r) for s in seeds for r in rates]
+  if len(members) != count:
+    return [f"model {i}" for i in range(count)]
+  return events.member_names(members) if count > 1 else [""]
+
+
+def _as_array(values, count: int) -> np.ndarray:
+  """Records' values as [records, models], None as NaN."""
+  return np.asarray([[np.nan if v is None else v for v in _per_model(value, count)]
+                     for value in values], np.float64).reshape(len(values), count)
+
+
+def run_curves(run_dir: str) -> dict:
+  """A run's metrics.jsonl as curves against the step: {"models": names, "train": {"step",
+  "loss", "accuracy"}, "evaluation": {"step", "series": {label: [E, M]}}} (arrays are
+  [records, models]). ValueError if the folder has no metrics records."""
+  path = os.path.join(run_dir, "metrics.jsonl")
+  records = io_utils.read_jsonl(path) if os.path.isfile(path) else []
+  if not records:
+    raise ValueError(f"no metrics records in {path}: --run_dir must be a training run's "
+                     "workdir that has logged at least once (--sweep_dir is for a sweep)")
+  logs = [r for r in records if "evaluation" not in r and "loss" in r]
+  evaluations = [r for r in records if "evaluation" in r]
+  first = (logs or evaluations)[0]
+  sample = first.get("loss", None)
+  if sample is None:  # Only evaluation records: count the models from one of their values.
+    sample = next(iter(v for k, v in evaluations[0]["evaluation"].items() if k != "lengths"))
+    sample = next(iter(sample.values())) if isinstance(sample, dict) else sample
+  count = len(sample) if isinstance(sample, list) else 1
+  series = {}
+  if evaluations and "lengths" in evaluations[0]["evaluation"]:
+    for key, label in _SCORES:
+      values = _as_array([r["evaluation"].get(key) for r in evaluations], count)
+      if not np.isnan(values).all():
+        series[label] = values
+  elif evaluations:  # A dataset: accuracy per split and group.
+    labels = sorted({(split, group) for r in evaluations
+                     for split, groups in r["evaluation"].items() for group in groups})
+    for split, group in labels:
+      series[f"{split}/{group}"] = _as_array(
+          [r["evaluation"].get(split, {}).get(group) for r in evaluations], count)
+  return {"models": _run_members(run_dir, count),
+          "train": {"step": [r["step"] for r in logs],
+                    "loss": _as_array([r.get("loss") for r in logs], count),
+                    "accuracy": _as_array([r.get("accuracy") for r in logs], count)},
+          "evaluation": {"step": [r["step"] for r in evaluations], "series": series}}
+
+
+def _plot_lines(ax, steps, label: str, values: np.ndarray, names, color=None) -> None:
+  """A line per model, or for a grid of more than 6 models the mean over the models
+  with a band from the lowest to the highest (NaN, a diverged model, left out)."""
+  if values.shape[1] == 1:
+    ax.plot(steps, values[:, 0], marker="." if len(steps) < 30 else None, label=label,
+            color=color)
+  elif values.shape[1] <= 6:
+    for i, name in enumerate(names):
+      if color is None:  # A color per model, named in the legend.
+        ax.plot(steps, values[:, i], lw=1, label=name)
+      else:  # A color per series, its models in shades of it.
+        ax.plot(steps, values[:, i], lw=1, label=label if i == 0 else None, color=color,
+                alpha=0.35 + 0.65 * (i + 1) / values.shape[1])
+  else:
+    import warnings  # pylint: disable=import-outside-toplevel
+    with warnings.catch_warnings():  # All-NaN steps (every model diverged) stay NaN.
+      warnings.simplefilter("ignore", RuntimeWarning)
+      mean = np.nanmean(values, axis=1)
+      low, high = np.nanmin(values, axis=1), np.nanmax(values, axis=1)
+    line, = ax.plot(steps, mean, label=f"{label} mean of {values.shape[1]} models (band: min-max)".strip(),
+                    color=color)
+    ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2)
+
+
+def write_curves(run_dir: str, out_dir: str | None = None) -> dict:
+  """Draws a run's training loss and accuracy, and its evaluations during training,
+  against the step into OUT_DIR/curves.png (default RUN_DIR); returns the path and a
+  line to print."""
+  from experiments import cli  # pylint: disable=import-outside-toplevel
+
+  cli.check_folder(run_dir, "run_dir")
+  if not os.path.isdir(run_dir):
+    raise ValueError(f"no run folder at {run_dir}")
+  curves = run_curves(run_dir)
+  train, evaluation, names = curves["train"], curves["evaluation"], curves["models"]
+  panels = 3 if evaluation["series"] else 2
+  plt, fig, axes = _figure(5, 3.6, panels)
+  if train["step"]:
+    _plot_lines(axes[0], train["step"], "", train["loss"], names)
+    _plot_lines(axes[1], train["step"], "", train["accuracy"] * 100, names)
+  finite = train["loss"][np.isfinite(train["loss"])]
+  if finite.size and finite.min() > 0 and finite.max() > 20 * finite.min():
+    axes[0].set_yscale("log")  # Orders of magnitude (a long run).
+  axes[0].set(title="training loss", xlabel="step", ylabel="cross-entropy")
+  axes[1].set(title="training accuracy (log intervals)", xlabel="step", ylabel="accuracy (%)")
+  if panels == 3:
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (label, values) in enumerate(evaluation["series"].items()):
+      _plot_lines(axes[2], evaluation["step"], label, values * 100, names,
+                  colors[i % len(colors)])
+    axes[2].set(title="evaluation during training" + (
+        f" ({len(names)} models)" if len(names) > 1 else ""), xlabel="step",
+                ylabel="accuracy (%)")
+  for ax in axes:
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0] and any(ax.get_legend_handles_labels()[1]):
+      ax.legend(fontsize=7)
+  fig.suptitle(os.path.basename(os.path.abspath(run_dir)), fontsize=10)
+  out_dir = out_dir or run_dir
+  os.makedirs(out_dir, exist_ok=True)
+  path = os.path.join(out_dir, CURVES_FILE)
+  _save(plt, fig, path)
+  steps = train["step"] or evaluation["step"]
+  text = (f"{len(train['step'])} log records and {len(evaluation['step'])} evaluations "
+          f"(steps {min(steps)}-{max(steps)}) of {len(names)} model(s): {path}")
+  return {"path": path, "text": text}

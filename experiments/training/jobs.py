@@ -1,0 +1,562 @@
+"""The sweep's jobs: (task, variant) jobs made from a sweep config, each a grid of seeds x
+learning rates trained by the loop into SWEEP_DIR/TASK/VARIANT/, their status read from
+their folders, and the executors that run them (local processes or Ray). The command
+line is experiments/sweep.py (python -m experiments.sweep), which documents the files
+and executors."""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Mapping
+from typing import Callable
+
+import ml_collections
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXECUTORS = ("local", "ray")
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+  task: str
+  pe: str  # The job's model.pe (after its variant's overrides).
+  workdir: str  # SWEEP_DIR/TASK/VARIANT.
+  config: dict  # The job's full config (task and variant's overrides set).
+  variant: str = ""  # The variant's name (for `sweep.encodings`: the encoding).
+
+  @property
+  def name(self) -> str:
+    return f"{self.task}/{self.variant or self.pe}"
+
+
+# A variant's name is a folder name: letters, digits and _ . + = , - (not first: . or -).
+_VARIANT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+=,-]{0,99}")
+# Settings a variant may not set: the job's task is its folder, `sweep` the job list.
+_NOT_OVERRIDABLE = ("task", "sweep")
+
+
+def _is_mapping(value) -> bool:
+  return isinstance(value, (Mapping, ml_collections.ConfigDict))
+
+
+def _flat_overrides(overrides, prefix: str = "") -> dict:
+  """{dotted path: value} of a variant's overrides, written with dotted keys
+  ({"model.pe": "rope"}) or nested ({"model": {"pe": "rope"}}), or both."""
+  if not _is_mapping(overrides):
+    raise ValueError(f"must map settings to values, got {overrides!r}")
+  flat = {}
+  for key, value in overrides.items():
+    path = f"{prefix}{key}"
+    if _is_mapping(value):
+      flat.update(_flat_overrides(value, path + "."))
+    else:
+      flat[path] = value
+  return flat
+
+
+def variants(sweep_config) -> list[tuple[str, dict]]:
+  """The sweep's variants in job order: (name, {dotted setting: value}).
+
+  `sweep.encodings` (each encoding ENC is the variant ENC: {"model.pe": ENC}) come first,
+  then `sweep.variants`: (name, overrides) pairs (order kept) or a mapping name ->
+  overrides (a ConfigDict sorts its names). ValueError for a name that is not a valid
+  folder name or is given twice.
+  """
+  pairs = [(pe, {"model.pe": pe}) for pe in sweep_config.get("encodings", None) or ()]
+  given = sweep_config.get("variants", None) or ()
+  if _is_mapping(given):
+    given = list(given.items())
+  for entry in given:
+    if not isinstance(entry, (tuple, list)) or len(entry) != 2:
+      raise ValueError(f"sweep.variants: each variant must be a (name, overrides) pair, "
+                       f"got {entry!r}")
+    name, overrides = entry
+    try:
+      pairs.append((name, _flat_overrides(overrides)))
+    except ValueError as e:
+      raise ValueError(f"sweep.variants: the overrides of {name!r} {e}") from None
+  seen = set()
+  for name, _ in pairs:
+    if (not isinstance(name, str) or not _VARIANT_NAME.fullmatch(name)
+        or ".replaced-" in name):
+      raise ValueError(
+          f"sweep: the variant name {name!r} is not a valid folder name (1 to 100 of "
+          "letters, digits and _ . + = , -, not starting with . or -, without '.replaced-')")
+    if name in seen:
+      raise ValueError(f"sweep: the variant name {name!r} is given twice "
+                       "(in sweep.encodings or sweep.variants)")
+    seen.add(name)
+  return pairs
+
+
+def task_overrides(sweep_config) -> dict[str, dict]:
+  """{task: {dotted setting: value}} of `sweep.task_overrides`, (task, overrides) pairs
+  set on every job of that task before its variant's overrides (a scale's settings for
+  one task, e.g. the longer training range configs/scales.py gives
+  missing_duplicate_string). ValueError for a task the sweep does not run or one given
+  twice."""
+  given = sweep_config.get("task_overrides", None) or ()
+  if _is_mapping(given):
+    given = list(given.items())
+  tasks = tuple(sweep_config.get("tasks", None) or ())
+  out = {}
+  for entry in given:
+    if not isinstance(entry, (tuple, list)) or len(entry) != 2:
+      raise ValueError(f"sweep.task_overrides: each entry must be a (task, overrides) pair, "
+                       f"got {entry!r}")
+    task, overrides = entry
+    if task not in tasks or task in out:
+      raise ValueError(f"sweep.task_overrides: {task!r} is "
+                       + ("given twice" if task in out else
+                          f"not a task of the sweep; valid choices: {', '.join(tasks)}"))
+    try:
+      out[task] = _flat_overrides(overrides)
+    except ValueError as e:
+      raise ValueError(f"sweep.task_overrides: the overrides of {task!r} {e}") from None
+  return out
+
+
+def _override(config: ml_collections.ConfigDict, variant: str, path: str, value,
+              who: str = "variant") -> None:
+  """Sets one dotted setting of a job's config; ValueError for an unknown one."""
+  where = f"sweep: {who} {variant!r} overrides {path!r}"
+  parts = path.split(".")
+  if parts[0] in _NOT_OVERRIDABLE:
+    raise ValueError(f"{where}, which a {who} may not set ({', '.join(_NOT_OVERRIDABLE)} "
+                     "are the sweep's own)")
+  node = config
+  for i, part in enumerate(parts):
+    if not isinstance(node, ml_collections.ConfigDict) or part not in node:
+      raise ValueError(f"{where}, but the config has no setting {'.'.join(parts[:i + 1])}")
+    if i < len(parts) - 1:
+      node = node[part]
+  if isinstance(node[parts[-1]], ml_collections.ConfigDict):
+    raise ValueError(f"{where}, a section, not a setting; name its settings instead")
+  try:
+    node[parts[-1]] = value
+  except (TypeError, ValueError) as e:
+    raise ValueError(f"{where} with {value!r}: {str(e).splitlines()[0]}") from None
+
+
+def make_jobs(config: ml_collections.ConfigDict, sweep_dir: str) -> list[Job]:
+  """One job per (task, variant) of config.sweep, validated before anything runs.
+
+  Variants are `sweep.encodings` and `sweep.variants` (see `variants`); a job's config
+  is the sweep's config with its task, its task's overrides (`task_overrides`) and its
+  variant's overrides set, in that order, and its folder
+  SWEEP_DIR/TASK/VARIANT.
+  """
+  from experiments.training import validation  # pylint: disable=import-outside-toplevel
+
+  pairs = variants(config.sweep)
+  by_task = task_overrides(config.sweep)
+  _job_outputs(config.to_dict())  # ValueError for an unknown name.
+  jobs = []
+  for task in config.sweep.tasks:
+    for name, overrides in pairs:
+      job_config = copy.deepcopy(config)
+      job_config.task = task
+      for path, value in by_task.get(task, {}).items():
+        _override(job_config, task, path, value, who="task")
+      for path, value in overrides.items():
+        _override(job_config, name, path, value)
+      try:
+        validation.validate(job_config)
+      except ValueError as e:
+        if name == job_config.model.pe:  # An encoding: the message as before.
+          raise
+        raise ValueError(f"variant {name!r} of task {task}: {e}") from None
+      jobs.append(Job(task, job_config.model.pe,
+                      os.path.join(os.path.abspath(sweep_dir), task, name),
+                      job_config.to_dict(), name))
+  return jobs
+
+
+# Files a job may be asked to leave beside eval.json (`sweep.job_outputs`, a tuple of
+# names), written by run_job from the job's checkpoints right after training, for
+# analyses of a results folder committed without checkpoints: name -> (module,
+# function(workdir), file name).
+JOB_OUTPUTS = {
+    "ito_analysis_inputs": ("experiments.analysis.ito", "write_job_inputs",
+                            "ito_analysis_inputs.npz"),
+}
+
+
+def _job_outputs(config: dict) -> list[tuple[str, str, str]]:
+  names = (config.get("sweep") or {}).get("job_outputs") or ()
+  unknown = [n for n in names if n not in JOB_OUTPUTS]
+  if unknown:
+    raise ValueError(f"sweep.job_outputs: unknown {', '.join(map(repr, unknown))}; valid "
+                     f"names: {', '.join(JOB_OUTPUTS)}")
+  return [JOB_OUTPUTS[n] for n in names]
+
+
+def _missing_outputs(job: Job) -> list[str]:
+  """The `sweep.job_outputs` files the job's folder lacks."""
+  return [file for _, _, file in _job_outputs(job.config)
+          if not os.path.exists(os.path.join(job.workdir, file))]
+
+
+def _has_checkpoints(workdir: str) -> bool:
+  folder = os.path.join(workdir, "checkpoints")
+  return os.path.isdir(folder) and any(not n.startswith(".") for n in os.listdir(folder))
+
+
+def job_status(job: Job) -> tuple[bool, str | None]:
+  """(finished, why not) of a job from its folder.
+
+  Finished: eval.json is for the configured steps and the folder's config.json has the
+  job's identity and evaluation settings, and the files of `sweep.job_outputs` are
+  there (or cannot be made any more: no checkpoints, e.g. a results folder committed
+  without them). The reason is None for a job not yet run or partly trained, and says
+  what changed, is damaged or missing otherwise.
+  """
+  finished, why = _trained_status(job)
+  if finished:
+    missing = _missing_outputs(job)
+    if missing and _has_checkpoints(job.workdir):
+      return False, f"{', '.join(missing)} missing; writing it from the checkpoints"
+  return finished, why
+
+
+def _trained_status(job: Job) -> tuple[bool, str | None]:
+  """job_status without `sweep.job_outputs`."""
+  from experiments.storage import io_utils  # pylint: disable=import-outside-toplevel
+  from experiments.storage import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
+
+  path = os.path.join(job.workdir, "eval.json")
+  if not os.path.exists(path):
+    return False, None
+  try:
+    result = io_utils.read_json(path)
+    stored = workdir_lib.stored_config(job.workdir) or {}
+  except io_utils.CorruptFileError as e:
+    return False, f"{e}; evaluating it again"
+  changed = workdir_lib.identity_differences(stored, job.config)
+  if changed:
+    return False, ("its folder holds a run with other settings ("
+                   + workdir_lib.describe_differences(changed) + ")")
+  changed = workdir_lib.evaluation_differences(stored, job.config)
+  if changed:
+    return False, ("evaluation settings changed ("
+                   + workdir_lib.describe_differences(changed) + "); evaluating again")
+  steps = job.config["training"]["steps"]
+  if result.get("step") != steps:
+    return False, f"eval.json is for step {result.get('step')}, the config says {steps}"
+  return True, None
+
+
+def is_finished(job: Job) -> bool:
+  return job_status(job)[0]
+
+
+def _model_scores(model: dict) -> dict:
+  """The scores of one model of an eval.json record: a generated task's `scores`
+  (training range, unseen lengths), or a dataset's overall accuracy per split."""
+  if "scores" in model:
+    return model["scores"]
+  return {split: by_group.get("overall") for split, by_group in model["accuracy"].items()}
+
+
+def run_job(config_dict: dict, workdir: str) -> dict:
+  """Trains and evaluates one job (resuming from its checkpoints); returns its scores,
+  one dict per model (`_model_scores`)."""
+  from experiments.training import compile_cache  # pylint: disable=import-outside-toplevel
+  from experiments.training import loop  # pylint: disable=import-outside-toplevel
+
+  config = ml_collections.ConfigDict(config_dict)
+  config.progress = False
+  compile_cache.enable(config.get("compilation_cache", ""))  # Also on Ray workers.
+  job = Job(config.task, config.model.pe, workdir, config_dict)
+  outputs = _job_outputs(config_dict)
+  if outputs and _trained_status(job)[0]:  # Trained before; only an output is missing.
+    from experiments.storage import io_utils  # pylint: disable=import-outside-toplevel
+    result = io_utils.read_json(os.path.join(workdir, "eval.json"))
+  else:
+    result = loop.train_and_evaluate(config, workdir)
+  for module, function, file in outputs:  # From the checkpoints, before they are gone.
+    if not os.path.exists(os.path.join(workdir, file)):
+      import importlib  # pylint: disable=import-outside-toplevel
+      getattr(importlib.import_module(module), function)(workdir)
+  return {"job": f"{config.task}/{config.model.pe}",
+          "scores": [_model_scores(m) for m in result["models"]]}
+
+
+def _error_kind(error: BaseException) -> tuple[str, int]:
+  """(description, worker exit code) of a job's exception."""
+  from experiments import cli  # pylint: disable=import-outside-toplevel
+  from experiments.training import stopping  # pylint: disable=import-outside-toplevel
+
+  if isinstance(error, stopping.Interrupted):
+    return cli.one_line(error), error.exit_code
+  code = cli.EXIT_BAD_INPUT if isinstance(error, ValueError) else cli.EXIT_FAILED
+  return f"{type(error).__name__}: {cli.one_line(error)}", code
+
+
+def _stop_with_parent(parent_pid: int) -> None:
+  """Asks Linux to send SIGTERM to this process when its parent dies (a killed driver
+  must not leave workers training); the worker then saves and stops like on Ctrl-C."""
+  import ctypes  # pylint: disable=import-outside-toplevel
+  import signal  # pylint: disable=import-outside-toplevel
+
+  try:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG.
+  except (OSError, AttributeError):
+    pass  # Not Linux: the restarted driver still respects the workers' locks.
+  if os.getppid() != parent_pid:  # The parent died before prctl.
+    os._exit(143)  # pylint: disable=protected-access
+
+
+def _worker(job_fn, config: dict, workdir: str, parent_pid: int, messages) -> None:
+  """A local worker process: runs one job, reports (workdir, error or None), exits with
+  0, 2 (bad input), 1 (failed) or 128 + signal (interrupted, after saving)."""
+  from experiments.training import stopping  # pylint: disable=import-outside-toplevel
+
+  def report(message):
+    try:
+      messages.put((workdir, message))
+    except OSError:
+      pass  # The driver is gone.
+
+  _stop_with_parent(parent_pid)
+  try:
+    with stopping.graceful():  # The training loop's own `graceful()` joins this one.
+      job_fn(config, workdir)
+  except KeyboardInterrupt:
+    sys.exit(130)
+  except Exception as e:  # pylint: disable=broad-except
+    message, code = _error_kind(e)
+    report(message)
+    sys.exit(code)
+  report(None)
+
+
+class Progress:
+  """Prints jobs done / running / left and an ETA from the jobs finished so far."""
+
+  def __init__(self, total: int, already_done: int, workers: int,
+               on_finished: Callable[[Job], None] | None = None):
+    self.total, self.done, self.workers = total, already_done, max(1, workers)
+    self.on_finished = on_finished  # Called with every job that finished (not failed).
+    self.failed = []
+    self._durations = []
+    self._started = {}
+
+  def start(self, job: Job):
+    self._started[job.name] = time.time()
+
+  def finish(self, job: Job, error: str | None = None):
+    elapsed = time.time() - self._started.pop(job.name, time.time())
+    if error:
+      self.failed.append(job.name)
+      print(f"[sweep] FAILED {job.name} after {elapsed:.0f} s: {error}", flush=True)
+    else:
+      self.done += 1
+      self._durations.append(elapsed)
+      print(f"[sweep] finished {job.name} in {elapsed:.0f} s", flush=True)
+      if self.on_finished is not None:
+        self.on_finished(job)
+    self.report()
+
+  def stop(self, job: Job, how: str):
+    elapsed = time.time() - self._started.pop(job.name, time.time())
+    print(f"[sweep] stopped {job.name} after {elapsed:.0f} s: {how}", flush=True)
+
+  def report(self):
+    running = len(self._started)
+    left = self.total - self.done - running - len(self.failed)
+    eta = ""
+    if self._durations:
+      mean = sum(self._durations) / len(self._durations)
+      eta = f", ETA {mean * (left + running) / self.workers / 60:.1f} min"
+    print(f"[sweep] {self.done}/{self.total} done, {running} running, {left} left"
+          f"{', ' + str(len(self.failed)) + ' failed' if self.failed else ''}{eta}", flush=True)
+
+
+class SweepInterrupted(Exception):
+  """The sweep stopped at Ctrl-C; running jobs saved their state."""
+
+
+def _run_local(jobs, progress, job_fn, workers, max_retries):
+  from experiments.training import stopping  # pylint: disable=import-outside-toplevel
+
+  if workers <= 1:
+    for job in jobs:
+      progress.start(job)
+      try:
+        job_fn(job.config, job.workdir)
+        progress.finish(job)
+      except (stopping.Interrupted, KeyboardInterrupt) as e:
+        progress.stop(job, str(e) or "interrupted")
+        raise SweepInterrupted() from None
+      except Exception as e:  # pylint: disable=broad-except
+        progress.finish(job, _error_kind(e)[0])
+    return
+  _run_workers(jobs, progress, job_fn, workers, max_retries)
+
+
+def _run_workers(jobs, progress, job_fn, workers, max_retries):
+  """Jobs in `workers` processes at once; a worker that dies is started again on its job.
+
+  A job whose folder another process holds (a worker of a killed driver still saving)
+  waits until that process lets go. Ctrl-C (or SIGTERM) stops every worker after it
+  saved, and raises SweepInterrupted.
+  """
+  import multiprocessing  # pylint: disable=import-outside-toplevel
+  import signal  # pylint: disable=import-outside-toplevel
+
+  from experiments import cli  # pylint: disable=import-outside-toplevel
+  from experiments.training import stopping  # pylint: disable=import-outside-toplevel
+  from experiments.storage import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
+
+  context = multiprocessing.get_context("spawn")  # JAX does not survive fork.
+  messages = context.SimpleQueue()
+  queue = list(jobs)
+  attempts = {job.name: 0 for job in jobs}
+  errors = {}
+  running = {}
+  waiting_reported = set()
+  with stopping.graceful():
+    while queue or running:
+      if stopping.requested() is not None:
+        break
+      for job in list(queue):
+        if len(running) >= workers:
+          break
+        holder = workdir_lib.holder_if_locked(job.workdir)
+        if holder is not None:
+          if job.name not in waiting_reported:
+            print(f"[sweep] {job.name}: its folder is in use by {holder}; waiting",
+                  flush=True)
+            waiting_reported.add(job.name)
+          continue
+        queue.remove(job)
+        attempts[job.name] += 1
+        process = context.Process(target=_worker, args=(
+            job_fn, job.config, job.workdir, os.getpid(), messages))
+        process.start()
+        if attempts[job.name] == 1:
+          progress.start(job)
+        running[job.name] = (job, process)
+      time.sleep(0.2)
+      while not messages.empty():
+        workdir, message = messages.get()
+        errors[workdir] = message
+      for name, (job, process) in list(running.items()):
+        if process.exitcode is None:
+          continue
+        del running[name]
+        error = errors.pop(job.workdir, None)
+        if process.exitcode == 0 and is_finished(job):
+          progress.finish(job)
+        elif process.exitcode == cli.EXIT_BAD_INPUT:
+          progress.finish(job, error or "bad input")  # Retrying cannot help.
+        elif attempts[name] <= max_retries:
+          print(f"[sweep] worker of {name} exited with {process.exitcode}"
+                + (f" ({error})" if error else "")
+                + f"; resuming it (attempt {attempts[name] + 1})", flush=True)
+          queue.insert(0, job)
+        else:
+          progress.finish(job, f"worker exited with {process.exitcode}"
+                          + (f" ({error})" if error else "")
+                          + f", {max_retries} retries used")
+    if stopping.requested() is None:
+      return
+    print(f"[sweep] stopping: {len(running)} running jobs save their state", flush=True)
+    for job, process in running.values():
+      if process.exitcode is None:
+        os.kill(process.pid, signal.SIGINT)  # Ignored by a worker the terminal reached.
+    for job, process in running.values():
+      process.join()
+      progress.stop(job, f"its worker saved and exited with {process.exitcode}")
+  raise SweepInterrupted()
+
+
+def _run_ray(jobs, progress, job_fn, ray_address, gpus_per_job, max_retries):
+  import ray  # pylint: disable=import-outside-toplevel
+
+  if not ray.is_initialized():
+    ray.init(address=ray_address, runtime_env={"env_vars": {"PYTHONPATH": ROOT}},
+             log_to_driver=False)
+  remote = ray.remote(num_cpus=1, num_gpus=gpus_per_job, max_retries=max_retries,
+                      retry_exceptions=False)(job_fn)
+  pending = {}
+  for job in jobs:
+    progress.start(job)
+    pending[remote.remote(job.config, job.workdir)] = job
+  while pending:
+    ready, _ = ray.wait(list(pending), num_returns=1)
+    job = pending.pop(ready[0])
+    try:
+      ray.get(ready[0])
+      progress.finish(job)
+    except Exception as e:  # pylint: disable=broad-except
+      progress.finish(job, f"{type(e).__name__}: {str(e).splitlines()[0]}")
+
+
+def run_sweep(config: ml_collections.ConfigDict, sweep_dir: str, executor: str = "local",
+              workers: int = 1, ray_address: str | None = None, gpus_per_job: float = 0.0,
+              max_retries: int = 3, job_fn: Callable = run_job,
+              rerun_changed: bool = False, commit_results: bool = False) -> Progress:
+  """Runs every unfinished job of the sweep; returns the final progress (failures listed).
+
+  Raises ValueError for bad settings (before anything is written), SweepInterrupted
+  on Ctrl-C. A job whose folder holds a run with other settings fails with the
+  differences named, or with rerun_changed is moved aside (FOLDER.replaced-TIME) and
+  run again.
+  """
+  from experiments import cli  # pylint: disable=import-outside-toplevel
+
+  if executor not in EXECUTORS:
+    raise ValueError(f"unknown executor {executor!r}; valid choices: {', '.join(EXECUTORS)}")
+  for name, value, low in [("--workers", workers, 1), ("--max_retries", max_retries, 0),
+                           ("--gpus_per_job", gpus_per_job, 0)]:
+    if value < low:
+      raise ValueError(f"{name} must be >= {low}, got {value}")
+  if executor == "ray":
+    try:
+      import ray  # pylint: disable=import-outside-toplevel,unused-import
+    except ImportError:
+      raise ValueError("the ray executor needs Ray: pip install -e .[cluster]") from None
+  cli.check_folder(sweep_dir, "sweep_dir")
+  jobs = make_jobs(config, sweep_dir)
+  todo, notes = [], []
+  for job in jobs:
+    finished, why = job_status(job)
+    if finished:
+      continue
+    todo.append(job)
+    if why:
+      notes.append((job, why))
+  on_finished = None
+  if commit_results:  # Each finished job's small files, committed as it finishes.
+    from experiments.storage import results_git  # pylint: disable=import-outside-toplevel
+    on_finished = lambda job: results_git.commit_job(  # pylint: disable=unnecessary-lambda-assignment
+        job.workdir, job.name, [file for _, _, file in _job_outputs(job.config)])
+  progress = Progress(len(jobs), len(jobs) - len(todo), workers, on_finished)
+  kind = "variants" if config.sweep.get("variants", None) else "encodings"
+  print(f"[sweep] {len(jobs)} jobs ({len(config.sweep.tasks)} tasks x "
+        f"{len(variants(config.sweep))} {kind}), {len(jobs) - len(todo)} already finished; "
+        f"executor {executor}", flush=True)
+  for job, why in notes:
+    changed = why.startswith("its folder holds a run with other settings")
+    hint = ("; pass --rerun_changed to move it aside and run the job again"
+            if changed and not rerun_changed else "")
+    print(f"[sweep] {job.name} not finished: {why}{hint}", flush=True)
+    if changed and rerun_changed:
+      stamp = time.strftime("%Y%m%d-%H%M%S")
+      os.rename(job.workdir, f"{job.workdir}.replaced-{stamp}")
+      print(f"[sweep] {job.name}: moved the old run to {job.workdir}.replaced-{stamp}",
+            flush=True)
+  os.makedirs(sweep_dir, exist_ok=True)
+  if executor == "local":
+    _run_local(todo, progress, job_fn, workers, max_retries)
+  else:
+    _run_ray(todo, progress, job_fn, ray_address, gpus_per_job, max_retries)
+  return progress
