@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import signal
 import sys
 from typing import Callable, NoReturn, Sequence
 
@@ -235,5 +236,8 @@ def run(main: Callable[[list[str]], None]) -> None:
   try:
     app.run(main, flags_parser=parse_flags)
   except KeyboardInterrupt:
+    # A second Ctrl-C while the interpreter shuts down (seconds under load, with XLA's
+    # threads) would otherwise end it by the signal's default action (exit code -2).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     print("\ninterrupted", file=sys.stderr, flush=True)
     sys.exit(EXIT_INTERRUPTED)

@@ -284,3 +284,25 @@ def test_programs_that_cannot_fit_in_memory_are_refused_up_front(tmp_path, monke
                      r"training.batch_size"):
     loop.train_and_evaluate(big_training, str(tmp_path / "run"))
   assert not (tmp_path / "run").exists()
+
+
+def test_ctrl_c_outside_the_training_loop_exits_130_and_ignores_a_second_one(monkeypatch):
+  """A Ctrl-C before the loop handles signals (building, compiling) ends with 130; a second
+  one while the interpreter shuts down must not turn that into death by SIGINT (-2), which
+  the two-interrupt test above saw under load."""
+  from absl import app  # pylint: disable=import-outside-toplevel
+
+  from experiments import cli  # pylint: disable=import-outside-toplevel
+
+  def interrupted(*args, **kwargs):
+    raise KeyboardInterrupt
+
+  monkeypatch.setattr(app, "run", interrupted)
+  before = signal.getsignal(signal.SIGINT)
+  try:
+    with pytest.raises(SystemExit) as stop:
+      cli.run(lambda argv: None)
+    assert stop.value.code == 130
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+  finally:
+    signal.signal(signal.SIGINT, before)
