@@ -103,9 +103,18 @@ def test_task_overrides_come_before_variants_and_refuse_unknown_tasks():
   assert got["odds_first/relative"] == (100, 9)
   assert got["odds_first/L64"] == (64, 9)  # The variant's setting wins.
   assert got["reverse_string/relative"] == (128, 8)
+  # A task the sweep leaves out keeps its overrides, unused (a scale's sweep narrowed by
+  # --config.sweep.tasks), but a name that is no task, or an unknown setting, is refused.
   config.sweep.task_overrides = (("bucket_sort", {"model.max_position": 100}),)
-  with pytest.raises(ValueError, match=r"'bucket_sort' is not a task of the sweep; valid "
-                                       r"choices: reverse_string, odds_first"):
+  assert {j.name: j.config["model"]["max_position"] for j in sweep.make_jobs(
+      config, "/SWEEP")} == {"reverse_string/relative": 128, "reverse_string/L64": 64,
+                             "odds_first/relative": 128, "odds_first/L64": 64}
+  config.sweep.task_overrides = (("bucket_srot", {"model.max_position": 100}),)
+  with pytest.raises(ValueError, match=r"'bucket_srot' is no task; valid names: .*"
+                                       r"bucket_sort.*latin_square"):
+    sweep.make_jobs(config, "/SWEEP")
+  config.sweep.task_overrides = (("bucket_sort", {"model.no_such": 1}),)
+  with pytest.raises(ValueError, match=r"task 'bucket_sort' overrides 'model.no_such'"):
     sweep.make_jobs(config, "/SWEEP")
   config.sweep.task_overrides = (("odds_first", {"model.no_such": 1}),)
   with pytest.raises(ValueError, match=r"task 'odds_first' overrides 'model.no_such', but "

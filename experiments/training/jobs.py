@@ -17,6 +17,9 @@ from typing import Callable
 
 import ml_collections
 
+import tasks as tasks_lib
+from tasks import datasets
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXECUTORS = ("local", "ray")
 
@@ -98,22 +101,23 @@ def task_overrides(sweep_config) -> dict[str, dict]:
   """{task: {dotted setting: value}} of `sweep.task_overrides`, (task, overrides) pairs
   set on every job of that task before its variant's overrides (a scale's settings for
   one task, e.g. the longer training range configs/scales.py gives
-  missing_duplicate_string). ValueError for a task the sweep does not run or one given
-  twice."""
+  missing_duplicate_string). A task the sweep leaves out keeps its entry, unused, so
+  that `--config.sweep.tasks` can narrow a scale's sweep. ValueError for a name that is
+  no task at all (a typo) or a task given twice."""
   given = sweep_config.get("task_overrides", None) or ()
   if _is_mapping(given):
     given = list(given.items())
-  tasks = tuple(sweep_config.get("tasks", None) or ())
+  known = (*tasks_lib.NAMES, *datasets.DATASETS.names())
   out = {}
   for entry in given:
     if not isinstance(entry, (tuple, list)) or len(entry) != 2:
       raise ValueError(f"sweep.task_overrides: each entry must be a (task, overrides) pair, "
                        f"got {entry!r}")
     task, overrides = entry
-    if task not in tasks or task in out:
+    if task not in known or task in out:
       raise ValueError(f"sweep.task_overrides: {task!r} is "
                        + ("given twice" if task in out else
-                          f"not a task of the sweep; valid choices: {', '.join(tasks)}"))
+                          f"no task; valid names: {', '.join(known)}"))
     try:
       out[task] = _flat_overrides(overrides)
     except ValueError as e:
@@ -156,6 +160,10 @@ def make_jobs(config: ml_collections.ConfigDict, sweep_dir: str) -> list[Job]:
   pairs = variants(config.sweep)
   by_task = task_overrides(config.sweep)
   _job_outputs(config.to_dict())  # ValueError for an unknown name.
+  for task in set(by_task) - set(config.sweep.tasks):  # Unused, but no unknown settings.
+    scratch = copy.deepcopy(config)
+    for path, value in by_task[task].items():
+      _override(scratch, task, path, value, who="task")
   jobs = []
   for task in config.sweep.tasks:
     for name, overrides in pairs:
