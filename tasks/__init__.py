@@ -1,6 +1,9 @@
 """The 15 length-generalization tasks of the Chomsky-hierarchy benchmark.
 
-`tasks.get(name)` returns a task; `tasks.NAMES` lists them in the paper's order.
+`tasks.get(name)` returns a task; `tasks.names()` lists the registered ones, the paper's
+15 first in its order (`tasks.NAMES`, those 15 only). Adding a task is a `Task` subclass
+and one `tasks.register(MyTask())` (in this package: its file and its entry in
+`_CLASSES` below; or in your own file, docs/extending.md).
 Each task has `level`, `input_size`, `output_size`, `input_length(n)`,
 `output_length(n)`, `chance_accuracy`, `termination_token` and
 `sample_batch(key, batch_size, length)` -> {"input", "output", "mask"}.
@@ -10,6 +13,7 @@ The other names `config.task` accepts, fixed datasets such as `latin_square`
 defined in this folder.
 """
 
+from randomized_pe import registry
 from tasks.base import Task
 from tasks.cs.binary_addition import BinaryAddition
 from tasks.cs.binary_multiplication import BinaryMultiplication
@@ -33,13 +37,22 @@ _CLASSES = (
     DuplicateString, MissingDuplicateString, OddsFirst, BinaryAddition,
     BinaryMultiplication, ComputeSqrt, BucketSort,
 )
-TASKS: dict[str, Task] = {cls.name: cls() for cls in _CLASSES}
-NAMES: tuple[str, ...] = tuple(TASKS)
+TASKS: registry.Registry[Task] = registry.Registry("task", "valid names")
+names = TASKS.names
+
+
+def register(task: Task) -> Task:
+  """Adds `task` (an instance) under `task.name`; a name given twice is refused."""
+  if not isinstance(task, Task) or not task.name:
+    raise ValueError(f"tasks.register takes a Task instance with a name, got {task!r}")
+  return TASKS.register(task.name, task)
 
 
 def get(name: str) -> Task:
   """The task called `name`; an unknown name raises ValueError listing the valid ones."""
-  try:
-    return TASKS[name]
-  except KeyError:
-    raise ValueError(f"unknown task {name!r}; valid names: {', '.join(NAMES)}") from None
+  return TASKS.get(name)
+
+
+for _cls in _CLASSES:
+  register(_cls())
+NAMES: tuple[str, ...] = names()  # The paper's 15 tasks, in its order.

@@ -198,10 +198,9 @@ def _module_of(obj) -> set:
 def foreign_components() -> list:
   """Names of registered components whose code lies outside the project's folders."""
   from randomized_pe import registry  # pylint: disable=import-outside-toplevel
-  import tasks  # pylint: disable=import-outside-toplevel
+  import tasks  # pylint: disable=import-outside-toplevel,unused-import  (its registry)
   entries = [(f"{r.what} {name!r}", r.get(name)) for r in registry.all_registries()
              for name in r.names()]
-  entries += [(f"task {name!r}", task) for name, task in tasks.TASKS.items()]
   ours = PROJECT_PACKAGES + ("builtins", "functools", "optax", "jax", "haiku", "numpy")
   foreign = []
   for label, entry in entries:
