@@ -29,12 +29,26 @@ key mask -> weights [b, H, T, S]; geometric attention's stick-breaking,
 `randomized_pe.geometric`); `attention_weights` returns the explicit weights of either
 for analyses. A score_fn may also read the layer input at the query rows
 (`query_input`, split into chunks with the rows): NDR's directional encoding does.
+
+Chunks at evaluation: the chunk size is a property of the program, not of the model
+(whose code training and evaluation share), so a program that only evaluates traces the
+model inside `forward_only_chunks()`. Chunks of rows whose logits fit CPU_CHUNK_ELEMENTS
+are 1 or 2 rows at T = S = 200, and every chunk reads again what the scorer closes over:
+the relative encoding's [T, S, H, D] table holds as many numbers as D rows of logits, so
+with 2 rows it is read more than the logits themselves. Forward-only chunks have at
+least FORWARD_ONLY_ROWS_PER_HEAD_DIM * D rows (the table then at most half of a chunk's
+logits); without a backward pass the larger chunk costs no stored tensors. Other chunks
+give the same function, rounded differently (the logits move in their last bits;
+figures in docs/benchmark.md, "Evaluation (item 6)"). Training programs are traced
+outside such a block and keep their chunks.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import jax
 import jax.numpy as jnp
@@ -42,6 +56,31 @@ import jax.numpy as jnp
 # Elements of one chunk's [b, H, T, S] logits on a CPU: 2.8 MB, chosen by
 # measurement on a 2-core CPU (docs/benchmark.md, "Figures behind code choices").
 CPU_CHUNK_ELEMENTS = 700_000
+# Forward-only programs (evaluation, `forward_only_chunks`) take chunks of at least this
+# many rows per unit of head size D: 16 rows for the paper model (D = 8; 10 for a batch of
+# 250 or 500, where 700k logits give 2 at T = S = 200). Measured on the paper model's
+# evaluation at length 100 (2 x 250 rows): 10 rows per chunk were the fastest of 2, 10,
+# 25, 50 and 125 (docs/benchmark.md, "Evaluation (item 6)").
+FORWARD_ONLY_ROWS_PER_HEAD_DIM = 2
+
+_FORWARD_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "randomized_pe_attention_forward_only", default=False)
+
+
+@contextlib.contextmanager
+def forward_only_chunks(on: bool = True) -> Iterator[None]:
+  """Within the block, attention on CPU picks forward-only chunks (`default_chunk_rows`).
+
+  For programs without a backward pass (evaluation). Chunk sizes are decided while a
+  program is traced, so the block must enclose the tracing (the body of a jitted
+  function), not the call of a compiled program. on=False restores training's chunks. An
+  explicit `chunk_rows` (a model's `attention_chunk_rows`) is not affected.
+  """
+  token = _FORWARD_ONLY.set(bool(on))
+  try:
+    yield
+  finally:
+    _FORWARD_ONLY.reset(token)
 
 
 
@@ -126,17 +165,24 @@ def attention_logits(q: jax.Array, k: jax.Array, score_fn: ScoreFn = dot_scores,
 
 
 def default_chunk_rows(batch: int, heads: int, q_len: int, k_len: int,
-                       backend: Optional[str] = None) -> int:
+                       backend: Optional[str] = None, head_size: Optional[int] = None,
+                       forward_only: Optional[bool] = None) -> int:
   """Rows per chunk: the whole batch off CPU; on CPU rows whose logits fit CPU_CHUNK_ELEMENTS.
 
-  Among the row counts in [ideal / 2, ideal] the one that pads the batch least
-  is taken (ties: the larger), so that e.g. a batch of 500 runs in chunks of 10
-  rather than padding to 512.
+  Forward-only chunks (forward_only, default: inside `forward_only_chunks`) have at
+  least FORWARD_ONLY_ROWS_PER_HEAD_DIM * head_size rows (no floor without head_size).
+  Among the row counts in [ideal / 2, ideal] the one that pads the batch least is taken
+  (ties: the larger), so that e.g. a batch of 500 runs in chunks of 10 rather than
+  padding to 512.
   """
   backend = backend or jax.default_backend()
   if backend != "cpu":
     return batch
   ideal = max(1, CPU_CHUNK_ELEMENTS // (heads * q_len * k_len))
+  if forward_only is None:
+    forward_only = _FORWARD_ONLY.get()
+  if forward_only and head_size:
+    ideal = max(ideal, FORWARD_ONLY_ROWS_PER_HEAD_DIM * head_size)
   if ideal >= batch:
     return batch
   candidates = range(max(1, ideal // 2), ideal + 1)
@@ -226,7 +272,7 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, score_fn: ScoreFn = dot_
                      f"{q_len}, {k.shape[1]}], got {list(jnp.shape(bias))}")
   out_dtype = jnp.result_type(q.dtype, k.dtype, v.dtype)
   if chunk_rows is None:
-    chunk_rows = default_chunk_rows(batch, heads, q_len, k.shape[1])
+    chunk_rows = default_chunk_rows(batch, heads, q_len, k.shape[1], head_size=head_size)
   if chunk_rows < 1:
     raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
 

@@ -7,6 +7,16 @@ are drawn for the true length (a prefix of the same draw, see `randomized_pe.sam
 with the model's evaluation sampler. The result equals evaluating each length on its
 own, with one program per bucket instead of one per length.
 
+Range evaluation runs a length's batch in the fewest sub-batches whose attention logits
+fit `max_logits`, of equal size (padding is at most one row per sub-batch), and traces
+the model with attention chunks for forward-only programs
+(`randomized_pe.attention.forward_only_chunks`); both were adopted in issue 27, item 6 (twice as
+fast at lengths 41..100, batch 500). They move logits in their last bits (measured up to
+~1e-6; docs/benchmark.md, "Evaluation (item 6)"), not accuracies, except where two logits
+tie, and where the model keeps dropout at evaluation (compat="release") and a length's
+batch is split: rows then fall into other sub-batches and draw other dropout masks.
+`legacy_batching=True` evaluates as before, e.g. to reproduce an older eval.json bit for bit.
+
 Datasets: accuracy on named splits, overall and per group (`SplitEvaluator`), in chunks
 of one shape.
 
@@ -28,10 +38,12 @@ import numpy as np
 from experiments.training import compile_cache
 from experiments.training import data
 from experiments.training import results
+from randomized_pe import attention as attn_lib
 
 
 def predict_padded(model, params, pos_key, dropout_key, tokens, seq_len, in_len,
-                   out_len: int, chunk_index=None, *, intermediates: bool = False):
+                   out_len: int, chunk_index=None, *, intermediates: bool = False,
+                   legacy_batching: bool = False):
   """Predicted output tokens of sequences padded to one shape: the forward pass of range
   evaluation (`RangeEvaluator`), which the analyses share (`experiments.analyze`).
 
@@ -47,6 +59,8 @@ def predict_padded(model, params, pos_key, dropout_key, tokens, seq_len, in_len,
     in_len: the first output token (may be traced); out_len: O, the outputs read.
     intermediates: also return the model's intermediates (`apply(..., intermediates=True)`,
       e.g. the encoder's attention weights); the predictions are the same.
+    legacy_batching: attention in the chunks of training programs (as before issue 27,
+      item 6) instead of evaluation's larger ones (`attention.forward_only_chunks`).
 
   Returns:
     int [C, O] predicted outputs (positions past T read the last token; mask them);
@@ -58,8 +72,9 @@ def predict_padded(model, params, pos_key, dropout_key, tokens, seq_len, in_len,
   if chunk_index is not None:
     dropout_key = jax.random.fold_in(dropout_key, chunk_index)
   extra = {"intermediates": True} if intermediates else {}
-  out = model.apply(params, dropout_key, tokens, positions, is_training=False,
-                    key_mask=key_mask, **extra)
+  with attn_lib.forward_only_chunks(not legacy_batching):
+    out = model.apply(params, dropout_key, tokens, positions, is_training=False,
+                      key_mask=key_mask, **extra)
   logits, inner = out if intermediates else (out, None)
   index = jnp.minimum(in_len + jnp.arange(out_len), padded - 1)
   predictions = jnp.argmax(logits[:, index], axis=-1)  # [C, O]
@@ -79,6 +94,9 @@ class RangeEvaluator:
       lists of M values (every model sees the same batches and positions).
     cache_key: what determines model and task (`compile_cache.run_key`), to keep the
       programs' executables; None: not kept.
+    legacy_batching: evaluate as before issue 27, item 6: sub-batches of the most rows
+      that fit max_logits (the last one padded with masked rows) and attention in the
+      chunks of training programs (module docstring).
   """
 
   model: object
@@ -87,21 +105,23 @@ class RangeEvaluator:
   batch_sharding: object = None
   stacked: bool = False
   cache_key: object = None
+  legacy_batching: bool = False
 
   def __post_init__(self):
     self.traces = 0  # Programs traced so far (one per bucket shape; 0 when loaded).
     chunk = self._chunk
     if self.stacked:
       chunk = jax.vmap(chunk, in_axes=(0,) + (None,) * 7)
-    self._chunk_fn = compile_cache.Program(chunk, f"range_chunk stacked={self.stacked}",
-                                           self.cache_key)
+    name = f"range_chunk stacked={self.stacked}" + (" legacy" if self.legacy_batching else "")
+    self._chunk_fn = compile_cache.Program(chunk, name, self.cache_key)
 
   def _chunk(self, params, key, chunk_index, tokens, targets, mask, in_len, seq_len):
     """Correct and counted output tokens of one chunk: tokens [C, T], targets/mask [C, O]."""
     self.traces += 1
     pos_key, dropout_key = jax.random.split(key)
     predictions = predict_padded(self.model, params, pos_key, dropout_key, tokens, seq_len,
-                                 in_len, targets.shape[1], chunk_index)  # [C, O]
+                                 in_len, targets.shape[1], chunk_index,
+                                 legacy_batching=self.legacy_batching)  # [C, O]
     correct = (predictions == targets) & mask
     return jnp.sum(correct), jnp.sum(mask)
 
@@ -111,12 +131,20 @@ class RangeEvaluator:
     plan = {}
     for n, (padded, out_padded) in shapes.items():
       per_row = self.model.attention_logits_per_sequence(padded)
-      chunk = int(max(1, min(batch_size, self.max_logits // per_row)))
-      if self.batch_sharding is not None:
-        devices = self.batch_sharding.mesh.size
-        chunk = max(devices, chunk // devices * devices)
-      plan[n] = (padded, out_padded, chunk)
+      plan[n] = (padded, out_padded, self._sub_batch_rows(batch_size, per_row))
     return plan, sorted({padded for padded, _ in shapes.values()})
+
+  def _sub_batch_rows(self, batch_size: int, per_row: int) -> int:
+    """Rows of one sub-batch: at most max_logits // per_row (and a multiple of the devices
+    with batch_sharding); the batch in as few sub-batches as that allows, of equal size
+    (500 rows at most 419 a sub-batch: 2 x 250, not 2 x 419 with 338 rows of padding)."""
+    most = int(max(1, min(batch_size, self.max_logits // per_row)))
+    devices = 1 if self.batch_sharding is None else self.batch_sharding.mesh.size
+    most = max(devices, most // devices * devices)
+    if self.legacy_batching:
+      return most
+    even = -(-batch_size // -(-batch_size // most))  # ceil(B / ceil(B / most)) <= most.
+    return -(-even // devices) * devices  # Still <= most, a multiple of the devices.
 
   def program_shapes(self, lengths, batch_size: int, max_buckets: int) -> list:
     """The distinct (T, O, chunk) shapes, one compiled program each, for these lengths."""

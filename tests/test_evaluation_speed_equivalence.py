@@ -1,0 +1,132 @@
+"""Evaluation's even sub-batches and larger attention chunks (issue 27, item 6) give the
+results of the batching before them (`legacy_batching=True`): the same accuracies, logits
+within 1e-5 of an unchunked forward. Equality tests, not timings (those:
+`python -m experiments.benchmark --sections=eval`, docs/benchmark.md)."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import randomized_pe as rpe
+import tasks
+from experiments.training import data
+from experiments.training import evaluation
+from randomized_pe import attention as attn
+
+LOGIT_TOLERANCE = 1e-5  # Absolute; the order of moving a run between CPUs.
+HEADS = 2
+
+
+class _Sized:
+  """A model stub with the paper model's cost hint (8 heads)."""
+
+  def attention_logits_per_sequence(self, length):
+    return 8 * length * length
+
+
+def test_sub_batches_are_even_and_within_the_budget():
+  per_row = 8 * 20 * 20
+  for most in (1, 2, 3, 7, 16, 419, 474):
+    new = evaluation.RangeEvaluator(_Sized(), None, max_logits=most * per_row)
+    old = evaluation.RangeEvaluator(_Sized(), None, max_logits=most * per_row,
+                                    legacy_batching=True)
+    for batch in list(range(1, 60)) + [128, 500, 501]:
+      rows, legacy = new._sub_batch_rows(batch, per_row), old._sub_batch_rows(batch, per_row)
+      assert legacy == min(batch, most), (batch, most)  # As before.
+      count = -(-batch // rows)
+      # As many sub-batches, none larger, at most one padding row each.
+      assert rows <= legacy and count == -(-batch // legacy), (batch, most)
+      assert count * rows - batch < count, (batch, most)
+
+
+def test_paper_evaluation_at_length_100_runs_two_sub_batches_of_250():
+  evaluator = evaluation.RangeEvaluator(_Sized(), tasks.get("reverse_string"))
+  legacy = evaluation.RangeEvaluator(_Sized(), tasks.get("reverse_string"),
+                                     legacy_batching=True)
+  assert evaluator.program_shapes([100], 500, 16) == [(200, 100, 250)]
+  assert legacy.program_shapes([100], 500, 16) == [(200, 100, 419)]
+
+
+def test_forward_only_chunks_are_scoped():
+  def rows(batch=500, length=200, **kwargs):
+    return attn.default_chunk_rows(batch, 8, length, length, head_size=8, **kwargs)
+
+  assert rows(backend="cpu") == 2  # Training's chunks at the paper model's length 100.
+  with attn.forward_only_chunks():
+    assert rows(backend="cpu") == 10 and rows(250, backend="cpu") == 10  # >= 2 x D = 16.
+    assert rows(500, 40, backend="cpu") == rows(500, 40, backend="cpu", forward_only=False)
+    assert attn.default_chunk_rows(500, 8, 200, 200, backend="cpu") == 2  # No head size.
+    with attn.forward_only_chunks(False):
+      assert rows(backend="cpu") == 2
+    assert rows(backend="gpu") == 500
+  assert rows(backend="cpu") == 2
+
+
+def _tiny(pe, task):
+  config = rpe.EncoderConfig(vocab_size=task.input_size + 1, pe=pe, num_layers=2,
+                             num_heads=HEADS, d_model=16, widening_factor=2, max_position=64,
+                             dropout_rate=0.1)
+  model = rpe.EncoderModel(config, task.output_size)
+  return model, model.init(jax.random.PRNGKey(0), jnp.zeros((1, 3), jnp.int32))
+
+
+@pytest.fixture
+def small_budgets(monkeypatch):
+  """Training's budget scaled to the tiny model (3 rows of 2 x 24 x 24 logits), so that both
+  paths chunk, and differently: evaluation's chunks have >= 2 x D = 16 rows."""
+  monkeypatch.setattr(attn, "CPU_CHUNK_ELEMENTS", 3 * HEADS * 24 * 24)
+
+
+# Each with its own scorer: a relative table closed over by the scorer (the case item 6
+# measured), content-only logits with an additive term, and a separate bias.
+ENCODINGS = ["randomized_relative", "sin_cos", "randomized_alibi"]
+
+
+@pytest.mark.parametrize("pe", ENCODINGS)
+def test_new_evaluation_gives_the_legacy_accuracies(pe, small_budgets):
+  del small_budgets
+  task = tasks.get("reverse_string")
+  model, params = _tiny(pe, task)
+  lengths, batch = range(7, 13), 37
+  per_row = model.attention_logits_per_sequence(24)
+  kwargs = dict(max_logits=15 * per_row)  # 37 rows: 3 x 13 now, 3 x 15 before.
+  new = evaluation.RangeEvaluator(model, task, **kwargs)
+  old = evaluation.RangeEvaluator(model, task, legacy_batching=True, **kwargs)
+  assert new.program_shapes(lengths, batch, 2) != old.program_shapes(lengths, batch, 2)
+  got = new.evaluate(params, lengths, batch, seed=3, max_buckets=2)
+  want = old.evaluate(params, lengths, batch, seed=3, max_buckets=2)
+  assert got["accuracy"] == want["accuracy"]
+  assert 0.05 < np.mean(want["accuracy"]) < 0.95  # Untrained: the comparison is not trivial.
+
+
+@pytest.mark.parametrize("pe", ENCODINGS)
+def test_evaluation_logits_are_within_tolerance_of_an_unchunked_forward(pe, small_budgets):
+  del small_budgets
+  task = tasks.get("reverse_string")
+  model, params = _tiny(pe, task)
+  length, padded, rows = 10, 24, 40
+  batch = data.pad_batch(task, data.make_batch(task, jax.random.PRNGKey(5), rows, length),
+                         padded, 12, rows)
+  positions = model.sample_positions(jax.random.PRNGKey(6), 2 * length, padded_length=padded,
+                                     evaluation=True)
+  key_mask = jnp.broadcast_to(jnp.arange(padded)[None, :] < 2 * length, (rows, padded))
+
+  def logits(forward_only):
+    @jax.jit
+    def forward(params, tokens):
+      with attn.forward_only_chunks(forward_only):
+        return model.apply(params, jax.random.PRNGKey(0), tokens, positions,
+                           is_training=False, key_mask=key_mask)
+    return np.asarray(forward(params, batch["tokens"]))[:, :2 * length]
+
+  head_size = 16 // HEADS
+  assert [attn.default_chunk_rows(rows, HEADS, padded, padded, backend="cpu",
+                                  head_size=head_size, forward_only=f)
+          for f in (False, True)] == [2, 10]
+  training, evaluating = logits(False), logits(True)
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(attn, "CPU_CHUNK_ELEMENTS", 10**9)
+    whole = logits(False)  # One chunk: the oracle.
+  for got in (training, evaluating):
+    np.testing.assert_allclose(got, whole, rtol=0, atol=LOGIT_TOLERANCE)
+  np.testing.assert_array_equal(np.argmax(evaluating, -1), np.argmax(training, -1))
