@@ -1424,8 +1424,8 @@ def paper_program_costs(encoding: str, train_lengths, eval_lengths) -> tuple:
   evals = {}
   for n in eval_lengths:
     size, out_size = data.sequence_length(task, n), task.output_length(n)
-    per_row = trainer.model.attention_logits_per_sequence(size)
-    chunk = int(max(1, min(e.batch_size, e.max_logits // per_row)))
+    chunk = evaluator.sub_batch_rows(e.batch_size,
+                                     trainer.model.attention_logits_per_sequence(size))
     flops, nbytes = cost_of(evaluator.compile(params, (size, out_size, chunk)))
     chunks = -(-e.batch_size // chunk)
     evals[n] = (flops * chunks, nbytes * chunks)

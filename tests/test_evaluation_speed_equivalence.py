@@ -31,7 +31,7 @@ def test_sub_batches_are_even_and_within_the_budget():
     old = evaluation.RangeEvaluator(_Sized(), None, max_logits=most * per_row,
                                     legacy_batching=True)
     for batch in list(range(1, 60)) + [128, 500, 501]:
-      rows, legacy = new._sub_batch_rows(batch, per_row), old._sub_batch_rows(batch, per_row)
+      rows, legacy = new.sub_batch_rows(batch, per_row), old.sub_batch_rows(batch, per_row)
       assert legacy == min(batch, most), (batch, most)  # As before.
       count = -(-batch // rows)
       # As many sub-batches, none larger, at most one padding row each.

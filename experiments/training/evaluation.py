@@ -131,10 +131,10 @@ class RangeEvaluator:
     plan = {}
     for n, (padded, out_padded) in shapes.items():
       per_row = self.model.attention_logits_per_sequence(padded)
-      plan[n] = (padded, out_padded, self._sub_batch_rows(batch_size, per_row))
+      plan[n] = (padded, out_padded, self.sub_batch_rows(batch_size, per_row))
     return plan, sorted({padded for padded, _ in shapes.values()})
 
-  def _sub_batch_rows(self, batch_size: int, per_row: int) -> int:
+  def sub_batch_rows(self, batch_size: int, per_row: int) -> int:
     """Rows of one sub-batch: at most max_logits // per_row (and a multiple of the devices
     with batch_sharding); the batch in as few sub-batches as that allows, of equal size
     (500 rows at most 419 a sub-batch: 2 x 250, not 2 x 419 with 338 rows of padding)."""
