@@ -103,7 +103,7 @@ def get_config(arg=None):
   config.model.c_nope_logit_scale = 100.0
   config.model.max_position = 16  # L of randomized_2d.
   config.model.max_timescale = 10_000.0
-  config.model.compat = "paper"  # Only the entry point's banner reads it; ito has no other.
+  config.model.compat = "paper"  # Unused (ito has no other); kept as the configs of results were.
 
   steps_per_epoch = math.ceil(TRAIN_PUZZLES / 128)
   t = config.training

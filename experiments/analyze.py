@@ -81,7 +81,7 @@ def main(argv) -> None:
       compile_cache.enable(run.config.get("compilation_cache", ""))
     except OSError as e:
       print(f"warning: compilation cache off: {cli.one_line(e)}", file=sys.stderr)
-  print(f"analysing {run.workdir} ({run.config.task}, {run.config.model.pe}): "
+  print(f"analysing {run.workdir} ({run.config.task}, {run.model.label}): "
         f"{run.num_sequences} sequences of length {run.length} and {run.beyond_length}",
         flush=True)
   try:

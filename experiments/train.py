@@ -50,11 +50,12 @@ def main(argv):
       config.task = _TASK.value
     if _PE.value is not None:
       config.model.pe = _PE.value
-    validation.validate(config, jax.device_count())
-    validation.check_fits(config)
+    validated = validation.validate(config, jax.device_count())
+    source, model = validated
+    validation.check_fits(config, source)
     cli.check_shadowed(config, sys.argv)
     workdir = _WORKDIR.value or os.path.join(
-        "runs", f"{config.task}-{config.model.pe}-seed{config.seed}")
+        "runs", f"{config.task}-{model.label}-seed{config.seed}")
     cli.check_folder(workdir, "workdir")
   except (ValueError, TypeError) as e:
     cli.fail(cli.one_line(e))
@@ -62,8 +63,7 @@ def main(argv):
     compile_cache.enable(config.compilation_cache)
   except OSError as e:
     cli.fail(f"cannot use the compilation cache: {cli.one_line(e)}")
-  print(f"task {config.task}, model {config.model.name}, encoding {config.model.pe} "
-        f"({config.model.compat} semantics), "
+  print(f"task {config.task}, {model.description}, "
         f"{config.training.steps} steps on {jax.device_count()} {jax.default_backend()} "
         f"device(s); writing to {workdir}", flush=True)
   log_path = os.path.join(os.path.abspath(workdir), cli.LIBRARY_LOG)
@@ -75,7 +75,7 @@ def main(argv):
       return "" if library_log is None else f" (set {cli.DEBUG_ENV}=1 for a traceback)"
 
     try:
-      result = loop.train_and_evaluate(config, workdir)
+      result = loop.train_and_evaluate(config, workdir, validated)
     except ValueError as e:
       cli.fail(cli.one_line(e))
     except stopping.Interrupted as e:

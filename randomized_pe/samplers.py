@@ -247,7 +247,7 @@ def equal_mean_beta(key, length, max_position: int, padded_length: Optional[int]
 
   Args:
     beta_max_length: M, the longest evaluation sequence in tokens (a model setting;
-      experiments.training.steps.build_model resolves 0 from the task); T may not exceed it.
+      the encoder resolves 0 from the run, `models.encoder.from_config`); T may not exceed it.
     beta_concentration: a + b > 0.
     (The registry entry holds their defaults: 0, resolved by the model, and 1.0.)
 

@@ -70,10 +70,8 @@ def test_bidirectional_relative_has_a_table_of_every_distance(tokens):
 
 
 def test_built_through_the_model_registry():
-  config = ml_collections.ConfigDict({
-      "model": {"name": "ito", "pe": "learn", "pe_sigma": 0.2},
-      "training": {"positions": ""}, "evaluation": {"positions": ""}})
-  model = models.build(config, data.VOCAB_SIZE, data.NUM_SHAPES)
+  model_config = ml_collections.ConfigDict({"name": "ito", "pe": "learn", "pe_sigma": 0.2})
+  model = models.build(model_config, data.VOCAB_SIZE, data.NUM_SHAPES, models.RunSpec())
   assert isinstance(model, ito.ItoModel)
   assert (model.config.pe, model.config.pe_sigma, model.config.d_model) == ("learn", 0.2, 160)
   assert model.description == "Ito et al. 2024 Transformer, encoding learn, σ=0.2"

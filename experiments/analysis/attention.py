@@ -125,7 +125,7 @@ def prepare(workdir: str, kind: str = "all", length: Optional[int] = None,
     raise BadInput(cli.one_line(e)) from None
   if not isinstance(model, encoder.EncoderModel):
     raise BadInput(f"the analysis takes the paper's encoder (model.name='encoder'), got "
-                   f"model.name={config.model.name!r}")
+                   f"{model.description}")
 
   t, e = config.training, config.evaluation
   if length is None:
@@ -326,7 +326,7 @@ def run_analysis(run: Run, progress: Callable[[str], None] = lambda s: None) -> 
   seed, rate = run.members[run.member]
   result = {
       "workdir": os.path.abspath(run.workdir), "step": step, "task": run.config.task,
-      "pe": run.config.model.pe, "compat": run.config.model.compat,
+      **run.model.record,
       "member": {"index": run.member, "seed": seed, "learning_rate": rate},
       "num_sequences": run.num_sequences, "lengths": lengths,
       "sequence_tokens": {k: data.sequence_length(run.task, n) for k, n in lengths.items()},
@@ -351,7 +351,8 @@ def run_analysis(run: Run, progress: Callable[[str], None] = lambda s: None) -> 
     result["accuracy"][which] = float(out["accuracy"])
 
   os.makedirs(run.out, exist_ok=True)
-  title = (f"{run.config.task}, {run.config.model.pe} ({run.config.model.compat}), step {step}"
+  # The encoder's own config (the analysis takes the encoder only).
+  title = (f"{run.config.task}, {run.model.label} ({run.model.config.compat}), step {step}"
            + (f", model {run.member}" if len(run.members) > 1 else ""))
   if attention:
     entry = EXPECTED_SOURCES.get(run.task.name)

@@ -27,7 +27,7 @@ EXECUTORS = ("local", "ray")
 @dataclasses.dataclass(frozen=True)
 class Job:
   task: str
-  pe: str  # The job's model.pe (after its variant's overrides).
+  pe: str  # The label of the job's model (its protocol's `label`: the encoding).
   workdir: str  # SWEEP_DIR/TASK/VARIANT.
   config: dict  # The job's full config (task and variant's overrides set).
   variant: str = ""  # The variant's name (for `sweep.encodings`: the encoding).
@@ -158,6 +158,7 @@ def make_jobs(config: ml_collections.ConfigDict, sweep_dir: str) -> list[Job]:
   from experiments.training import validation  # pylint: disable=import-outside-toplevel
 
   pairs = variants(config.sweep)
+  encodings = set(config.sweep.get("encodings", None) or ())
   by_task = task_overrides(config.sweep)
   _job_outputs(config.to_dict())  # ValueError for an unknown name.
   for task in set(by_task) - set(config.sweep.tasks):  # Unused, but no unknown settings.
@@ -174,12 +175,12 @@ def make_jobs(config: ml_collections.ConfigDict, sweep_dir: str) -> list[Job]:
       for path, value in overrides.items():
         _override(job_config, name, path, value)
       try:
-        validation.validate(job_config)
+        _, model = validation.validate(job_config)
       except ValueError as e:
-        if name == job_config.model.pe:  # An encoding: the message as before.
+        if name in encodings:  # A variant of `sweep.encodings`: the message as before.
           raise
         raise ValueError(f"variant {name!r} of task {task}: {e}") from None
-      jobs.append(Job(task, job_config.model.pe,
+      jobs.append(Job(task, model.label,
                       os.path.join(os.path.abspath(sweep_dir), task, name),
                       job_config.to_dict(), name))
   return jobs
@@ -280,7 +281,8 @@ def run_job(config_dict: dict, workdir: str) -> dict:
   config = ml_collections.ConfigDict(config_dict)
   config.progress = False
   compile_cache.enable(config.get("compilation_cache", ""))  # Also on Ray workers.
-  job = Job(config.task, config.model.pe, workdir, config_dict)
+  # The folder is SWEEP_DIR/TASK/VARIANT; the model's label is not needed to read it.
+  job = Job(config.task, "", workdir, config_dict, os.path.basename(os.path.normpath(workdir)))
   outputs = _job_outputs(config_dict)
   if outputs and _trained_status(job)[0]:  # Trained before; only an output is missing.
     from experiments.storage import io_utils  # pylint: disable=import-outside-toplevel
@@ -291,7 +293,7 @@ def run_job(config_dict: dict, workdir: str) -> dict:
     if not os.path.exists(os.path.join(workdir, file)):
       import importlib  # pylint: disable=import-outside-toplevel
       getattr(importlib.import_module(module), function)(workdir)
-  return {"job": f"{config.task}/{config.model.pe}",
+  return {"job": job.name,
           "scores": [_model_scores(m) for m in result["models"]]}
 
 

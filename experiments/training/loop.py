@@ -35,6 +35,7 @@ from experiments.storage import checkpoints
 from experiments.training import data
 from experiments.training import evaluation
 from experiments.training import events
+from experiments.training import results
 from experiments.storage import io_utils
 from experiments.training import steps
 from experiments.training import stopping
@@ -182,18 +183,25 @@ def _check_start(workdir: str, config: ml_collections.ConfigDict, saved_steps,
         f"{saved_steps[-1]} (its models are trained that far) or use another --workdir")
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
+                       validated=None) -> dict:
   """Trains every model of the grid (one model by default), resuming from workdir,
   evaluates them, and returns the eval results (also written to workdir/eval.json).
+
+  validated: (source, model) as `validation.validate(config, jax.device_count())`
+    returned them, for a config that also passed `validation.check_fits`: the run uses
+    them, so that the config is validated and its source and model built once. None:
+    validated and checked here.
 
   Raises ValueError for bad settings or a workdir holding another run (nothing written),
   WorkdirBusy if another process trains there, StorageError for operating-system
   errors, stopping.Interrupted after saving on SIGINT/SIGTERM, NonFiniteLossError.
   """
   devices = jax.devices()
-  validation.validate(config, len(devices))
-  validation.check_fits(config)
-  source = data.source(config)
+  if validated is None:
+    validated = validation.validate(config, len(devices))
+    validation.check_fits(config, validated[0])
+  source, model = validated
   workdir = os.path.abspath(workdir)
   store = checkpoints.Checkpoints(workdir, config.training.checkpoints_to_keep)
   _check_start(workdir, config, store.steps(), store)
@@ -201,7 +209,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     # Again: it may have changed meanwhile.
     _check_start(workdir, config, store.steps(), store)
     try:
-      return _train_and_evaluate(config, source, workdir, store, devices)
+      return _train_and_evaluate(config, source, model, workdir, store, devices)
     finally:
       store.close()
 
@@ -216,8 +224,8 @@ def _evaluation_params(trainer):
   return params
 
 
-def _train_and_evaluate(config, source, workdir, store, devices) -> dict:
-  trainer = steps.build_trainer(config, source.task, devices)
+def _train_and_evaluate(config, source, model, workdir, store, devices) -> dict:
+  trainer = steps.build_trainer(config, source.task, devices, model)
   t = config.training
   io_utils.write_json(os.path.join(workdir, workdir_lib.CONFIG_FILE), config.to_dict())
 
@@ -247,7 +255,7 @@ def _train_and_evaluate(config, source, workdir, store, devices) -> dict:
   evaluator = evaluation.for_source(source, trainer.model, config,
                                     trainer.batch_sharding if num_models == 1 else None)
   prefetch = data.Prefetcher(source.batch, start, t.steps, t.prefetch, trainer.place)
-  bar = Progress(t.steps, start, f"{config.task} / {config.model.pe}"
+  bar = Progress(t.steps, start, f"{config.task} / {trainer.model.label}"
                  + (f" x {num_models} models" if num_models > 1 else ""), config.progress)
   in_flight = collections.deque()  # (step, metrics) dispatched, not yet known computed.
 
@@ -323,6 +331,7 @@ def _train_and_evaluate(config, source, workdir, store, devices) -> dict:
                            np.asarray(trainer.state.nonfinite).tolist(),
                            int(np.asarray(trainer.state.step)[0]),
                            progress=config.progress and bar.terminal)
+  result = results.with_model(result, trainer.model)
   result["train_seconds"] = train_seconds
   io_utils.write_json(os.path.join(workdir, "eval.json"), result)
   return result

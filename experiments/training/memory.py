@@ -48,9 +48,12 @@ def estimate(config, task, num_models: int) -> dict[str, float]:
   """Bytes of the largest evaluation and training programs of a generated task's run."""
   from experiments.training import data  # pylint: disable=import-outside-toplevel
 
+  # The encoder's sizes; a model without them (another architecture) counts for nothing
+  # here, which keeps the estimate a lower bound.
   m = config.model
-  heads, d, layers = m.num_heads, m.d_model, m.num_layers
-  width = d * (m.widening_factor + 4)
+  heads, d, layers, widening = (m.get(name, 0) for name in
+                                ("num_heads", "d_model", "num_layers", "widening_factor"))
+  width = d * (widening + 4)
   e = config.evaluation
   t_eval = data.sequence_length(task, e.max_length)
   batch = max(e.batch_size, e.periodic_batch_size)

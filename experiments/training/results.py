@@ -2,7 +2,8 @@
 
 Two records, one per kind of data (`experiments.training.data.source`): a generated task's
 accuracy per length (`eval_record`), a dataset's accuracy per split and group
-(`split_record`). `summary_table` renders either.
+(`split_record`), each completed by what the model records of itself (`with_model`).
+`summary_table` renders either.
 """
 from __future__ import annotations
 
@@ -18,8 +19,15 @@ def scores(lengths, accuracy, train_min: int, train_max: int) -> dict:
           "unseen": float(np.mean(unseen)) if unseen else None}
 
 
+def with_model(record: dict, model) -> dict:
+  """`record` (`eval_record`'s or `split_record`'s) with the fields the model records of
+  itself (its protocol's `record`, e.g. the encoder's "pe" and "compat"): eval.json."""
+  return {**record, **model.record}
+
+
 def eval_record(config, members, evaluated: dict, diverged, step: int) -> dict:
-  """The eval.json record of a run: per-length accuracy and scores of every grid model.
+  """The eval.json record of a run (without the model's fields: `with_model`): per-length
+  accuracy and scores of every grid model.
 
   Args:
     config: the run's config.
@@ -36,8 +44,8 @@ def eval_record(config, members, evaluated: dict, diverged, step: int) -> dict:
                    "diverged": bool(diverged[m]),
                    "scores": scores(evaluated["lengths"], accuracy, t.min_length, t.max_length)})
   record = {
-      "task": config.task, "pe": config.model.pe, "compat": config.model.compat,
-      "step": step, "lengths": evaluated["lengths"], "buckets": evaluated["buckets"],
+      "task": config.task, "step": step, "lengths": evaluated["lengths"],
+      "buckets": evaluated["buckets"],
       "training_lengths": [t.min_length, t.max_length], "models": models,
   }
   if len(models) == 1:  # A single run keeps its numbers at the top level.
@@ -56,9 +64,9 @@ def _mean_sd(values) -> dict:
 
 def split_record(config, members, evaluated: dict, diverged, step: int, epoch: float,
                  description: str) -> dict:
-  """The eval.json record of a dataset run: accuracy per split, overall and per group,
-  of every grid model, and with several models their mean and SD over the models that
-  did not diverge.
+  """The eval.json record of a dataset run (without the model's fields: `with_model`):
+  accuracy per split, overall and per group, of every grid model, and with several
+  models their mean and SD over the models that did not diverge.
 
   Args:
     config: the run's config.
@@ -77,7 +85,7 @@ def split_record(config, members, evaluated: dict, diverged, step: int, epoch: f
         "accuracy": {split: {group: values[m] for group, values in by_group.items()}
                      for split, by_group in evaluated.items()}})
   splits = list(evaluated)
-  record = {"task": config.task, "pe": config.model.pe, "model": description, "step": step,
+  record = {"task": config.task, "model": description, "step": step,
             "epoch": epoch, "splits": splits,
             "groups": list(evaluated[splits[0]]) if splits else [], "models": models}
   if len(models) == 1:  # A single run keeps its numbers at the top level.

@@ -36,29 +36,30 @@ class TrainState(NamedTuple):
   nonfinite: jax.Array  # bool scalar: a non-finite loss was seen.
 
 
-# Model settings whose 0 means a sequence length of the task (input plus output tokens),
-# which only a run knows: setting -> the config section whose max_length gives it.
-_TASK_LENGTH_SETTINGS = {
-    "log_n_reference": "training",  # m of log-n scaling: the longest training sequence.
-    "beta_max_length": "evaluation",  # M of equal_mean_beta: the longest evaluation one.
-}
+def run_spec(config: ml_collections.ConfigDict, task) -> models.RunSpec:
+  """What the run's model needs to know of the run (`randomized_pe.models.RunSpec`): the
+  samplers of training and evaluation and their longest sequences of `task` in tokens
+  (input plus output; 0 where the run has no max_length >= 1, e.g. a dataset, or a
+  max_length that experiments.training.validation reports)."""
+
+  def longest(section) -> int:
+    max_length = config.get(section, {}).get("max_length", 0)
+    return data.sequence_length(task, max_length) if max_length >= 1 else 0
+
+  return models.RunSpec(positions=config.get("training", {}).get("positions", ""),
+                        eval_positions=config.get("evaluation", {}).get("positions", ""),
+                        max_length=longest("training"), eval_max_length=longest("evaluation"))
 
 
 def build_model(config: ml_collections.ConfigDict, task) -> models.Model:
-  """The run's model (`config.model.name`) for `task`'s vocabulary and outputs.
+  """The run's model (`config.model`, by its name) for `task`'s vocabulary and outputs.
 
-  Model settings that are task lengths (`_TASK_LENGTH_SETTINGS`) are resolved here,
-  where the task is known, on a copy of the config: the run's config keeps its 0. A
-  max_length below 1 is left unresolved for experiments.training.validation to report; a model
-  without these settings, or a dataset without lengths, is left as it is.
+  The one place a run's config becomes a model: the model reads `config.model` and what
+  it needs of the run (`run_spec`), and resolves its own settings from them (e.g. the
+  encoder's lengths whose 0 means a length of the run). The run's config keeps its 0.
   """
-  resolved = {name: data.sequence_length(task, config[section].max_length)
-              for name, section in _TASK_LENGTH_SETTINGS.items()
-              if config.model.get(name) == 0 and config[section].get("max_length", 0) >= 1}
-  if resolved:
-    config = config.copy_and_resolve_references()
-    config.model.update(resolved)
-  return models.build(config, data.vocab_size(task), task.output_size)
+  return models.build(config.model, data.vocab_size(task), task.output_size,
+                      run_spec(config, task))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,16 +120,16 @@ def optimizer_for(model, config: ml_collections.ConfigDict,
   """`make_optimizer`, and for a model with frozen parameters their updates set to zero.
 
   A model may keep parameters that are not trained in `params` (Ito's `random` tables:
-  the protocol has no separate state) and mark them with `frozen_mask(params)`. Their
-  gradient is zero, but weight decay would still shrink them; PyTorch's AdamW skips
-  them because they have no gradient. Zeroing their updates leaves them unchanged under
-  any optimizer. A model without `frozen_mask` gets `make_optimizer`'s optimizer as it is.
+  the protocol has no separate state) and mark them with its protocol's
+  `frozen_mask(params)`. Their gradient is zero, but weight decay would still shrink them;
+  PyTorch's AdamW skips them because they have no gradient. Zeroing their updates leaves
+  them unchanged under any optimizer. A model whose `frozen_mask` is None (nothing
+  frozen) gets `make_optimizer`'s optimizer as it is.
   """
   optimizer = make_optimizer(config, learning_rate)
-  frozen_mask = getattr(model, "frozen_mask", None)
-  if frozen_mask is None:
+  if model.frozen_mask is None:
     return optimizer
-  return optax.chain(optimizer, optax.masked(optax.set_to_zero(), frozen_mask))
+  return optax.chain(optimizer, optax.masked(optax.set_to_zero(), model.frozen_mask))
 
 
 def grid_members(config: ml_collections.ConfigDict) -> list[tuple[int, float]]:
@@ -292,14 +293,17 @@ class Trainer:
     self.state = state
 
 
-def build_trainer(config: ml_collections.ConfigDict, task, devices=None) -> Trainer:
+def build_trainer(config: ml_collections.ConfigDict, task, devices=None,
+                  model=None) -> Trainer:
   """The model, the initial grid state and the jitted step of a run's config.
 
   task: what the model is built for, a generated task or a dataset
   (`experiments.training.data.source(config).task`).
+  model: the run's model when already built (`experiments.training.validation.validate`
+    returns it); None builds it (`build_model`).
   """
   devices = jax.devices() if devices is None else devices
-  model = build_model(config, task)
+  model = build_model(config, task) if model is None else model
   members = grid_members(config)
   state_sharding, seeds_sharding, batch_sharding = mesh_shardings(devices, len(members))
   # Everything the programs close over follows from the config and the task, so they key

@@ -178,18 +178,28 @@ def _set(config, path: str, value) -> None:
   (_get(config, parent) if parent else config)[name] = value
 
 
-def validate(config: ml_collections.ConfigDict, device_count: int = 1) -> None:
-  """Raises ValueError with a one-line message for any bad setting, before any work."""
+def validate(config: ml_collections.ConfigDict, device_count: int = 1):
+  """Raises ValueError with a one-line message for any bad setting, before any work.
+
+  Returns (source, model): the run's data (`experiments.training.data.source`) and its
+  model (`experiments.training.steps.build_model`), built once here to check them, for
+  the run to use (`experiments.training.loop.train_and_evaluate`) rather than build again.
+  """
   check_rules(config)
   source = data.source(config)  # The task or dataset name.
   model = steps.build_model(config, source.task)  # Model settings, encoding and samplers.
   steps.make_optimizer(config)  # The optimizer and its settings.
   source.check(model, device_count)  # Lengths, or the dataset's settings.
+  return source, model
 
 
-def check_fits(config: ml_collections.ConfigDict) -> None:
+def check_fits(config: ml_collections.ConfigDict, source=None) -> None:
   """ValueError (one line) if the run's largest programs cannot fit in the memory of the
   device that will run them (experiments/training/memory.py). Not part of `validate`: listing a
   sweep's jobs on a laptop must not judge them against the laptop's memory; the process
-  that runs a job checks it before anything is written."""
-  memory.check(config, data.source(config), len(steps.grid_members(config)))
+  that runs a job checks it before anything is written.
+
+  source: the run's data when already built (`validate` returns it); None builds it.
+  """
+  source = data.source(config) if source is None else source
+  memory.check(config, source, len(steps.grid_members(config)))

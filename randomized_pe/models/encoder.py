@@ -33,6 +33,7 @@ from randomized_pe import attention as attn_lib
 from randomized_pe import encodings as enc
 from randomized_pe import families
 from randomized_pe import release as release_lib
+from randomized_pe import models
 from randomized_pe import samplers as samplers_lib
 from randomized_pe.models import layers as layers_lib
 
@@ -74,13 +75,13 @@ class EncoderConfig:
       softmax (Su; docs/su.md), n the number of unmasked keys of the sequence and m
       `log_n_reference`. Off: the computation is exactly the one without the option.
     log_n_reference: m, an int >= 2 when log_n_scaling is on (0 in a run's config
-      means the longest training sequence, resolved by experiments.training.steps.build_model).
+      means the longest training sequence, resolved by `from_config` from the run).
     log_n_scale_bias: log-n scaling also multiplies a family's separate position
       bias (ALiBi's); off, only the scorer's logits are scaled (Su's formula scales
       Q K^T). Ignored without log_n_scaling.
     beta_max_length, beta_concentration: M and a + b of the `equal_mean_beta`
       sampler (see there; 0 in a run's config means the longest evaluation
-      sequence, resolved by experiments.training.steps.build_model). Read by samplers that
+      sequence, resolved by `from_config` from the run). Read by samplers that
       declare them only.
   """
 
@@ -112,8 +113,9 @@ class EncoderConfig:
     """Raises a one-line ValueError naming the config key of the first bad field.
 
     Fields come from a run's config (`from_config`): `model.<field>`, except
-    `positions` (training.positions), `eval_positions` (evaluation.positions),
-    vocab_size (from the task) and attention_chunk_rows (set in code).
+    `positions` (training.positions), `eval_positions` (evaluation.positions), both
+    through `models.RunSpec`, vocab_size (from the task) and attention_chunk_rows (set
+    in code).
     """
     # (config key, value, predicate, what it must be)
     rules = [("vocab_size", self.vocab_size, lambda v: _is_int(v) and v >= 1, "an int >= 1")]
@@ -141,8 +143,8 @@ class EncoderConfig:
         raise ValueError(f"{key} must be {phrase}, got {value!r}")
     if self.log_n_scaling and self.log_n_reference == 0:
       raise ValueError("model.log_n_reference must be >= 2 with log_n_scaling on, got 0 (0, "
-                       "the longest training sequence, is resolved by "
-                       "experiments.training.steps.build_model)")
+                       "the longest training sequence, is resolved from the run by "
+                       "randomized_pe.models.encoder.from_config)")
     if self.d_model % self.num_heads:
       raise ValueError(f"model.d_model={self.d_model} must be divisible by "
                        f"model.num_heads={self.num_heads}")
@@ -482,6 +484,15 @@ class EncoderModel(layers_lib.TransformedModel):
     c = self.config
     return f"encoding {c.pe} ({c.compat} semantics)"
 
+  @property
+  def label(self) -> str:
+    return self.config.pe
+
+  @property
+  def record(self) -> dict:
+    """What results record of the encoder: its encoding and semantics."""
+    return {"pe": self.config.pe, "compat": self.config.compat}
+
   def apply(self, params, key, tokens, positions=None, *, is_training=False, key_mask=None,
             num_outputs=None, outputs_from=None, intermediates=False):
     """Logits (`Encoder.__call__`); with intermediates=True, (logits, `Intermediates`):
@@ -502,18 +513,30 @@ class EncoderModel(layers_lib.TransformedModel):
           + f"); raise model.max_position to at least {length}")
 
 
-def from_config(config, vocab_size: int, output_size: int) -> EncoderModel:
-  """The encoder of a run's ml_collections config (`config.model`, the samplers)."""
-  m = config.model
-  return EncoderModel(EncoderConfig(
-      vocab_size=vocab_size, pe=m.pe, positions=config.training.positions,
-      eval_positions=config.evaluation.positions, num_layers=m.num_layers,
-      num_heads=m.num_heads, d_model=m.d_model, widening_factor=m.widening_factor,
-      dropout_rate=m.dropout_rate, emb_init_scale=m.emb_init_scale,
-      max_position=m.max_position, max_timescale=m.max_timescale,
-      learned_init_scale=m.learned_init_scale, compat=m.compat,
-      # Settings added later: configs saved before them read as off.
-      log_n_scaling=m.get("log_n_scaling", False), log_n_reference=m.get("log_n_reference", 0),
-      log_n_scale_bias=m.get("log_n_scale_bias", False),
-      beta_max_length=m.get("beta_max_length", 0),
-      beta_concentration=m.get("beta_concentration", 1.0)), output_size)
+# Settings whose 0 in a run's config means a sequence length of the run, which only the
+# run knows: setting -> the `models.RunSpec` field that gives it.
+LENGTH_SETTINGS = {
+    "log_n_reference": "max_length",  # m of log-n scaling: the longest training sequence.
+    "beta_max_length": "eval_max_length",  # M of equal_mean_beta: the longest evaluation one.
+}
+# EncoderConfig fields that are not settings of `config.model`: the task's vocabulary, the
+# run's samplers (`models.RunSpec`), and a speed setting made in code.
+_NOT_SETTINGS = ("vocab_size", "positions", "eval_positions", "attention_chunk_rows")
+
+
+def from_config(model_config, vocab_size: int, output_size: int,
+                run: models.RunSpec = models.RunSpec()) -> EncoderModel:
+  """The encoder of a run's `config.model` (fields named as EncoderConfig's; absent ones,
+  e.g. in configs saved before a setting was added, take its defaults) for `run`.
+
+  A length setting (`LENGTH_SETTINGS`) that the config sets to 0 takes the run's length
+  where the run knows it (>= 1); otherwise it stays 0, for `EncoderConfig.validate` to
+  report where it is needed.
+  """
+  settings = models.settings_of(EncoderConfig, model_config, _NOT_SETTINGS)
+  for name, length in LENGTH_SETTINGS.items():
+    if settings.get(name) == 0 and getattr(run, length) >= 1:
+      settings[name] = getattr(run, length)
+  return EncoderModel(EncoderConfig(vocab_size=vocab_size, positions=run.positions,
+                                    eval_positions=run.eval_positions, **settings),
+                      output_size)

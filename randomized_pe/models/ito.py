@@ -44,6 +44,7 @@ import numpy as np
 
 from randomized_pe import encodings as enc
 from randomized_pe import families
+from randomized_pe import models
 from randomized_pe import registry
 from randomized_pe import samplers as samplers_lib
 from randomized_pe.models import layers
@@ -600,6 +601,16 @@ class ItoModel(layers.TransformedModel):
     extra = f", σ={c.pe_sigma:g}" if c.pe == "learn" else ""
     return f"Ito et al. 2024 Transformer, encoding {c.pe}{extra}"
 
+  @property
+  def label(self) -> str:
+    return self.config.pe
+
+  @property
+  def record(self) -> dict:
+    """What results record of the model: its encoding (the σ of `learn` is in
+    `description`, which a dataset's record holds as "model")."""
+    return {"pe": self.config.pe}
+
   def apply(self, params, key, tokens, positions=None, *, is_training=False, key_mask=None,
             num_outputs=None, outputs_from=None, intermediates=False, embedding_noise=None):
     """Logits [B, T, C], or [B, num_outputs, C] from outputs_from (default: the last ones).
@@ -667,17 +678,11 @@ class ItoModel(layers.TransformedModel):
           + (f" ({what})" if what else "") + "; set model.grid_size to match the task")
 
 
-_FIELDS = [f.name for f in dataclasses.fields(ItoConfig)
-           if f.name not in ("vocab_size", "positions", "eval_positions")]
-
-
-def from_config(config, vocab_size: int, output_size: int) -> ItoModel:
-  """Ito's Transformer from a run's config: `config.model` fields named as ItoConfig's
-  (absent ones take ItoConfig's defaults), samplers from training/evaluation.positions."""
-  m = config.model
-  settings = {name: m[name] for name in _FIELDS if name in m}
-  return ItoModel(ItoConfig(
-      vocab_size=vocab_size,
-      positions=config.get("training", {}).get("positions", ""),
-      eval_positions=config.get("evaluation", {}).get("positions", ""),
-      **settings), output_size)
+def from_config(model_config, vocab_size: int, output_size: int,
+                run: models.RunSpec = models.RunSpec()) -> ItoModel:
+  """Ito's Transformer from a run's `config.model` (fields named as ItoConfig's; absent
+  ones take ItoConfig's defaults) with the samplers of `run`."""
+  settings = models.settings_of(ItoConfig, model_config,
+                                ("vocab_size", "positions", "eval_positions"))
+  return ItoModel(ItoConfig(vocab_size=vocab_size, positions=run.positions,
+                            eval_positions=run.eval_positions, **settings), output_size)

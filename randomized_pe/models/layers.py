@@ -91,10 +91,12 @@ def xavier_uniform(fan_in: int, fan_out: int) -> Callable[..., jax.Array]:
 class TransformedModel:
   """What both models' wrappers share: a frozen dataclass with fields `config` and
   `output_size` whose network, `make_network(config, output_size)` (an hk.Transformed),
-  is built once; `init`; and the attention cost hint (H logits per query and key).
+  is built once; `init`; the attention cost hint (H logits per query and key); and no
+  frozen parameters.
   Subclasses set `make_network` and add `apply`, `sample_positions`, ..."""
 
   make_network: Callable[..., hk.Transformed]
+  frozen_mask = None  # Every parameter is trained (a subclass may define the method).
 
   def __post_init__(self):
     object.__setattr__(self, "_net", type(self).make_network(self.config, self.output_size))
