@@ -10,11 +10,12 @@ own, with one program per bucket instead of one per length.
 Range evaluation runs a length's batch in the fewest sub-batches whose attention logits
 fit `max_logits`, of equal size (padding is at most one row per sub-batch), and traces
 the model with attention chunks for forward-only programs
-(`randomized_pe.attention.forward_only_chunks`); both were adopted in issue 27, item 6 (twice as
-fast at lengths 41..100, batch 500). They move logits in their last bits (measured up to
-~1e-6; docs/benchmark.md, "Evaluation (item 6)"), not accuracies, except where two logits
-tie, and where the model keeps dropout at evaluation (compat="release") and a length's
-batch is split: rows then fall into other sub-batches and draw other dropout masks.
+(`randomized_pe.attention.forward_only_chunks`); both were adopted in issue 27, item 6, to
+halve the time of lengths 41..100 at batch 500. Results are the same up to the last bits
+of the logits (tolerance 1e-5; docs/benchmark.md, "Evaluation (item 6)"), so accuracies
+are the same except where two logits tie, and except where the model keeps dropout at
+evaluation (compat="release") and a length's batch is split: rows then fall into other
+sub-batches and draw other dropout masks.
 `legacy_batching=True` evaluates as before, e.g. to reproduce an older eval.json bit for bit.
 
 Datasets: accuracy on named splits, overall and per group (`SplitEvaluator`), in chunks
