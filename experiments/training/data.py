@@ -372,7 +372,7 @@ def source(config):
   if name in tasks_lib.TASKS:
     return GeneratedBatches(tasks_lib.get(name), config)
   raise ValueError(f"unknown task {name!r}; valid names: "
-                   f"{', '.join((*tasks_lib.NAMES, *DATASETS.names()))}")
+                   f"{', '.join((*tasks_lib.names(), *DATASETS.names()))}")
 
 
 class Prefetcher:

@@ -107,7 +107,7 @@ def task_overrides(sweep_config) -> dict[str, dict]:
   given = sweep_config.get("task_overrides", None) or ()
   if _is_mapping(given):
     given = list(given.items())
-  known = (*tasks_lib.NAMES, *datasets.DATASETS.names())
+  known = (*tasks_lib.names(), *datasets.DATASETS.names())
   out = {}
   for entry in given:
     if not isinstance(entry, (tuple, list)) or len(entry) != 2:

@@ -39,10 +39,12 @@ class TrainState(NamedTuple):
 def run_spec(config: ml_collections.ConfigDict, task) -> models.RunSpec:
   """What the run's model needs to know of the run (`randomized_pe.models.RunSpec`): the
   samplers of training and evaluation and their longest sequences of `task` in tokens
-  (input plus output; 0 where the run has no max_length >= 1, e.g. a dataset, or a
-  max_length that experiments.training.validation reports)."""
+  (input plus output; a dataset's examples all have its `sequence_length`; 0 where the
+  run has no max_length >= 1, which experiments.training.validation reports)."""
 
   def longest(section) -> int:
+    if isinstance(task, data.Dataset):  # Every example has the dataset's length.
+      return task.sequence_length
     max_length = config.get(section, {}).get("max_length", 0)
     return data.sequence_length(task, max_length) if max_length >= 1 else 0
 

@@ -83,6 +83,10 @@ class EncoderConfig:
       sampler (see there; 0 in a run's config means the longest evaluation
       sequence, resolved by `from_config` from the run). Read by samplers that
       declare them only.
+    family_settings: the settings a registered family declares (`Family.settings`)
+      that are not fields above, as the run's config sets them (`model.<setting>`;
+      `from_config` collects them): a family with a setting of its own needs no field
+      here. A setting left out reads as its family's default.
   """
 
   vocab_size: int
@@ -105,6 +109,7 @@ class EncoderConfig:
   log_n_scale_bias: bool = False
   beta_max_length: int = 0
   beta_concentration: float = 1.0
+  family_settings: families.Settings = dataclasses.field(default_factory=families.Settings)
 
   def __post_init__(self):
     self.validate()
@@ -210,7 +215,8 @@ class EncoderConfig:
     return families.Context(
         d_model=self.d_model, num_heads=self.num_heads, head_size=self.head_size,
         max_position=self.max_position,
-        settings={k: getattr(self, k, default) for k, default in family.settings.items()},
+        settings={k: self.family_settings.get(k, getattr(self, k, default))
+                  for k, default in family.settings.items()},
         behaviour=self.behaviour, randomized=self.train_sampler.name != "arange")
 
   def sample_positions(self, key: jax.Array, length, padded_length: Optional[int] = None,
@@ -533,7 +539,12 @@ def from_config(model_config, vocab_size: int, output_size: int,
   where the run knows it (>= 1); otherwise it stays 0, for `EncoderConfig.validate` to
   report where it is needed.
   """
-  settings = models.settings_of(EncoderConfig, model_config, _NOT_SETTINGS)
+  settings = models.settings_of(EncoderConfig, model_config,
+                                _NOT_SETTINGS + ("family_settings",))
+  fields = {field.name for field in dataclasses.fields(EncoderConfig)}
+  settings["family_settings"] = families.Settings(
+      {name: model_config[name] for name in families.declared_settings()
+       if name not in fields and name in model_config})
   for name, length in LENGTH_SETTINGS.items():
     if settings.get(name) == 0 and getattr(run, length) >= 1:
       settings[name] = getattr(run, length)
