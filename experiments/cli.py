@@ -185,11 +185,19 @@ def library_output_to(path: str):
         traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback)))
 
   handler.stream, sys.unraisablehook, threading.excepthook = stream, unraisable, thread_exception
+  exiting = False
   try:
     yield stream
+  except SystemExit:
+    # The process is on its way out (cli.fail inside the block): what libraries still
+    # print while it shuts down (orbax's unretrieved background write errors, logged when
+    # their tasks are collected) goes on to the log, not to the one-line error's stderr.
+    exiting = True
+    raise
   finally:
-    handler.stream, sys.unraisablehook, threading.excepthook = saved
-    stream.close()
+    if not exiting:
+      handler.stream, sys.unraisablehook, threading.excepthook = saved
+      stream.close()
 
 
 def log_traceback(stream, error: BaseException) -> None:
