@@ -356,6 +356,11 @@ def examples_batch(examples: Examples, rows: np.ndarray, batch_size: int) -> dic
           "output_length": np.ones((batch_size,), np.int32)}
 
 
+def task_names() -> tuple[str, ...]:
+  """Every name `config.task` accepts: the registered tasks, then the datasets."""
+  return (*tasks_lib.names(), *DATASETS.names())
+
+
 def source(config):
   """The training data of a run, by `config.task`: the one place the kind is chosen.
 
@@ -371,8 +376,7 @@ def source(config):
     return EpochBatches(DATASETS.get(name)(), config)
   if name in tasks_lib.TASKS:
     return GeneratedBatches(tasks_lib.get(name), config)
-  raise ValueError(f"unknown task {name!r}; valid names: "
-                   f"{', '.join((*tasks_lib.names(), *DATASETS.names()))}")
+  raise ValueError(f"unknown task {name!r}; valid names: {', '.join(task_names())}")
 
 
 class Prefetcher:

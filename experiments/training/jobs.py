@@ -17,8 +17,7 @@ from typing import Callable
 
 import ml_collections
 
-import tasks as tasks_lib
-from tasks import datasets
+from experiments.training import data
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXECUTORS = ("local", "ray")
@@ -107,7 +106,7 @@ def task_overrides(sweep_config) -> dict[str, dict]:
   given = sweep_config.get("task_overrides", None) or ()
   if _is_mapping(given):
     given = list(given.items())
-  known = (*tasks_lib.names(), *datasets.DATASETS.names())
+  known = data.task_names()
   out = {}
   for entry in given:
     if not isinstance(entry, (tuple, list)) or len(entry) != 2:
