@@ -51,8 +51,8 @@ def main(argv):
     if _PE.value is not None:
       config.model.pe = _PE.value
     validated = validation.validate(config, jax.device_count())
-    source, model = validated
-    validation.check_fits(config, source)
+    model = validated[1]
+    validation.check_fits(config, validated)
     cli.check_shadowed(config, sys.argv)
     workdir = _WORKDIR.value or os.path.join(
         "runs", f"{config.task}-{model.label}-seed{config.seed}")

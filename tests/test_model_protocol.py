@@ -65,6 +65,10 @@ class BagOfTokens:
   def attention_logits_per_sequence(self, length):
     return length * length
 
+  def activation_floats_per_sequence(self, length, *, training):
+    del training  # One layer: the embeddings and their mean.
+    return 2 * length * self.width
+
   def check_sequence_length(self, length, what=""):
     del length, what
 
@@ -212,3 +216,24 @@ def test_frozen_parameters_are_declared_in_the_protocol():
   for frozen, update in zip(jax.tree_util.tree_leaves(mask),
                             jax.tree_util.tree_leaves(updates)):
     assert (np.abs(np.asarray(update)).max() == 0) == frozen
+
+
+def test_the_memory_check_counts_any_model_by_its_own_hints(monkeypatch):
+  from experiments.training import memory  # pylint: disable=import-outside-toplevel
+  monkeypatch.setenv(memory.LIMIT_ENV, str(2**30))  # A fake limit of 1 GiB.
+  config = _bag_config()
+  config.training.batch_size = 4
+  validation.check_fits(config)  # 2 x T x 4 floats a sequence: fits.
+  config.model.width = 2**28  # 8 GiB a token: the bag's own hint says it cannot fit.
+  with pytest.raises(ValueError, match=r"the evaluation would need at least [0-9.]+ GiB"):
+    validation.check_fits(config)
+
+
+def test_the_encoders_memory_hint_counts_logits_and_block_activations():
+  config = encoder.EncoderConfig(vocab_size=5, num_layers=3, num_heads=2, d_model=8,
+                                 widening_factor=4)
+  model = encoder.EncoderModel(config, 5)
+  length = 7
+  per_layer = 2 * length * length + length * 8 * (4 + 4)
+  assert model.activation_floats_per_sequence(length, training=False) == per_layer
+  assert model.activation_floats_per_sequence(length, training=True) == 3 * per_layer

@@ -200,7 +200,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   devices = jax.devices()
   if validated is None:
     validated = validation.validate(config, len(devices))
-    validation.check_fits(config, validated[0])
+    validation.check_fits(config, validated)
   source, model = validated
   workdir = os.path.abspath(workdir)
   store = checkpoints.Checkpoints(workdir, config.training.checkpoints_to_keep)

@@ -8,8 +8,11 @@ refusing runs that fit:
               masks: batch x T int32 each), and per model the attention logits of one
               sub-batch (evaluation.max_logits floats) and its feed-forward activations;
   training    per model and layer the attention probabilities kept for the backward
-              pass (batch x heads x T x T floats) and the activations (batch x T x
-              d_model x (widening_factor + 4) floats).
+              pass (batch x heads x T x T floats for the encoder) and the activations
+              (batch x T x the model's `block_width` floats).
+The per-sequence figures are the model's own cost hints
+(`activation_floats_per_sequence` of the model protocol, randomized_pe/models), so
+that any model is counted, not only the encoder.
 The limit is the environment's RANDOMIZED_PE_MEMORY_LIMIT (bytes; tests set a fake one),
 else MemAvailable of /proc/meminfo, else no check.
 """
@@ -44,30 +47,24 @@ def _gb(n: float) -> str:
   return f"{n / 2**30:.1f} GiB"
 
 
-def estimate(config, task, num_models: int) -> dict[str, float]:
-  """Bytes of the largest evaluation and training programs of a generated task's run."""
+def estimate(config, task, model, num_models: int) -> dict[str, float]:
+  """Bytes of the largest evaluation and training programs of a generated task's run,
+  from the model's cost hints (`activation_floats_per_sequence`: a lower bound)."""
   from experiments.training import data  # pylint: disable=import-outside-toplevel
 
-  # The encoder's sizes; a model without them (another architecture) counts for nothing
-  # here, which keeps the estimate a lower bound.
-  m = config.model
-  heads, d, layers, widening = (m.get(name, 0) for name in
-                                ("num_heads", "d_model", "num_layers", "widening_factor"))
-  width = d * (widening + 4)
   e = config.evaluation
   t_eval = data.sequence_length(task, e.max_length)
   batch = max(e.batch_size, e.periodic_batch_size)
-  chunk = max(1, min(batch, e.max_logits // max(1, heads * t_eval * t_eval)))
-  evaluation = (3 * batch * t_eval * _FLOAT
-                + num_models * chunk * (heads * t_eval * t_eval + t_eval * width) * _FLOAT)
+  chunk = max(1, min(batch, e.max_logits // max(1, model.attention_logits_per_sequence(t_eval))))
+  evaluation = (3 * batch * t_eval * _FLOAT + num_models * chunk * _FLOAT
+                * model.activation_floats_per_sequence(t_eval, training=False))
   t_train = data.sequence_length(task, config.training.max_length)
-  b = config.training.batch_size
-  training = (num_models * layers * b * (heads * t_train * t_train + t_train * width)
-              * _FLOAT)
+  training = (num_models * config.training.batch_size * _FLOAT
+              * model.activation_floats_per_sequence(t_train, training=True))
   return {"evaluation": float(evaluation), "training": float(training)}
 
 
-def check(config, source, num_models: int) -> None:
+def check(config, source, model, num_models: int) -> None:
   """ValueError (one line, the estimate and the limit) if a program of the run cannot fit."""
   from experiments.training import data  # pylint: disable=import-outside-toplevel
 
@@ -76,7 +73,7 @@ def check(config, source, num_models: int) -> None:
   limit = available_bytes()
   if limit is None:
     return
-  needs = estimate(config, source.task, num_models)
+  needs = estimate(config, source.task, model, num_models)
   for name, hint in (("evaluation", "evaluation.batch_size or evaluation.max_logits"),
                      ("training", "training.batch_size, training.max_length or the model")):
     if needs[name] > limit:

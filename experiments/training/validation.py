@@ -193,13 +193,13 @@ def validate(config: ml_collections.ConfigDict, device_count: int = 1):
   return source, model
 
 
-def check_fits(config: ml_collections.ConfigDict, source=None) -> None:
+def check_fits(config: ml_collections.ConfigDict, validated=None) -> None:
   """ValueError (one line) if the run's largest programs cannot fit in the memory of the
-  device that will run them (experiments/training/memory.py). Not part of `validate`: listing a
-  sweep's jobs on a laptop must not judge them against the laptop's memory; the process
-  that runs a job checks it before anything is written.
+  device that will run them (experiments/training/memory.py, from the model's cost hints).
+  Not part of `validate`: listing a sweep's jobs on a laptop must not judge them against
+  the laptop's memory; the process that runs a job checks it before anything is written.
 
-  source: the run's data when already built (`validate` returns it); None builds it.
+  validated: (source, model) as `validate` returned them; None builds them (validating).
   """
-  source = data.source(config) if source is None else source
-  memory.check(config, source, len(steps.grid_members(config)))
+  source, model = validate(config) if validated is None else validated
+  memory.check(config, source, model, len(steps.grid_members(config)))

@@ -73,6 +73,12 @@ class Model(Protocol):
   def attention_logits_per_sequence(self, length: int) -> int:
     """Cost hint for evaluation batching: attention logits of one sequence in one layer."""
 
+  def activation_floats_per_sequence(self, length: int, *, training: bool) -> int:
+    """Cost hint for the memory check: floats one sequence of `length` tokens holds at
+    once, a lower bound (attention logits and block activations): of one layer at a time
+    for a forward pass (training=False), of every layer, kept for the backward pass, for
+    a training step (training=True)."""
+
   def check_sequence_length(self, length: int, what: str = "") -> None:
     """Raises a one-line ValueError (naming the setting to change) if the model cannot
     take sequences of `length` tokens; `what` says where the length comes from."""

@@ -486,6 +486,11 @@ class EncoderModel(layers_lib.TransformedModel):
   make_network = staticmethod(make_encoder)
 
   @property
+  def block_width(self) -> int:
+    """Activations per token a block keeps: q, k, v, output and the MLP's hidden layer."""
+    return self.config.d_model * (self.config.widening_factor + 4)
+
+  @property
   def description(self) -> str:
     c = self.config
     return f"encoding {c.pe} ({c.compat} semantics)"

@@ -596,6 +596,11 @@ class ItoModel(layers.TransformedModel):
   make_network = staticmethod(make_network)
 
   @property
+  def block_width(self) -> int:
+    """Activations per token a block keeps: q, k, v, output and the MLP's hidden layer."""
+    return 4 * self.config.d_model + self.config.mlp_size
+
+  @property
   def description(self) -> str:
     c = self.config
     extra = f", σ={c.pe_sigma:g}" if c.pe == "learn" else ""

@@ -91,11 +91,12 @@ def xavier_uniform(fan_in: int, fan_out: int) -> Callable[..., jax.Array]:
 class TransformedModel:
   """What both models' wrappers share: a frozen dataclass with fields `config` and
   `output_size` whose network, `make_network(config, output_size)` (an hk.Transformed),
-  is built once; `init`; the attention cost hint (H logits per query and key); and no
-  frozen parameters.
-  Subclasses set `make_network` and add `apply`, `sample_positions`, ..."""
+  is built once; `init`; the cost hints (H logits per query and key; `block_width`
+  activations per token and layer); and no frozen parameters.
+  Subclasses set `make_network` and `block_width`, and add `apply`, `sample_positions`, ..."""
 
   make_network: Callable[..., hk.Transformed]
+  block_width: int  # Activations per token and layer (a property of the subclass).
   frozen_mask = None  # Every parameter is trained (a subclass may define the method).
 
   def __post_init__(self):
@@ -108,3 +109,10 @@ class TransformedModel:
   def attention_logits_per_sequence(self, length: int) -> int:
     """Cost hint: attention logits one sequence of `length` tokens holds in one layer."""
     return self.config.num_heads * length * length
+
+  def activation_floats_per_sequence(self, length: int, *, training: bool) -> int:
+    """Cost hint for the memory check: per layer the attention logits and `block_width`
+    activations per token; every layer for a training step (kept for the backward pass),
+    one at a time for a forward pass."""
+    per_layer = self.attention_logits_per_sequence(length) + length * self.block_width
+    return per_layer * (self.config.num_layers if training else 1)
