@@ -8,9 +8,22 @@ import dataclasses
 import os
 from typing import Callable, Optional
 
+import jax
+import jax.numpy as jnp
+import ml_collections
 import numpy as np
 
 from experiments import cli
+from experiments.storage import checkpoints
+from experiments.storage import io_utils
+from experiments.storage import workdir as workdir_lib
+from experiments.training import data
+from experiments.training import evaluation
+from experiments.training import steps
+from experiments.training import trained_run
+from randomized_pe import probes
+from randomized_pe.models import encoder
+import tasks as tasks_lib
 
 KINDS = ("attention", "pca", "all")
 OUT_FOLDER = "analysis"
@@ -93,14 +106,7 @@ def prepare(workdir: str, kind: str = "all", length: Optional[int] = None,
     BadInput: one line, for anything the user can correct.
     io_utils.CorruptFileError: a damaged config.json.
   """
-  import ml_collections  # pylint: disable=import-outside-toplevel
 
-  import tasks as tasks_lib  # pylint: disable=import-outside-toplevel
-  from experiments.storage import checkpoints  # pylint: disable=import-outside-toplevel
-  from experiments.training import data  # pylint: disable=import-outside-toplevel
-  from experiments.training import steps  # pylint: disable=import-outside-toplevel
-  from experiments.storage import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
-  from randomized_pe.models import encoder  # pylint: disable=import-outside-toplevel
 
   if kind not in KINDS:
     raise BadInput(f"unknown kind {kind!r}; valid kinds: {', '.join(KINDS)}")
@@ -180,11 +186,7 @@ def make_probe(model, attention: bool, activations: bool):
   "stats" (`probes.attention_stats` over the real query rows, [N, H] each). Host code crops
   the padding.
   """
-  import jax  # pylint: disable=import-outside-toplevel
-  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
 
-  from experiments.training import evaluation  # pylint: disable=import-outside-toplevel
-  from randomized_pe import probes  # pylint: disable=import-outside-toplevel
 
   def probe(params, key, tokens, targets, mask, length, input_length, source):
     pos_key, dropout_key = jax.random.split(key)
@@ -210,9 +212,7 @@ def probe_inputs(task, n: int, num_sequences: int, seed: int, padded_tokens: int
                  padded_outputs: int):
   """The arguments of a probe after (params, key) for `num_sequences` samples of length n:
   tokens and targets padded as evaluation pads them, and the expected source (-1: none)."""
-  import jax  # pylint: disable=import-outside-toplevel
 
-  from experiments.training import data  # pylint: disable=import-outside-toplevel
 
   batch = data.make_batch(task, jax.random.fold_in(jax.random.PRNGKey(seed), n),
                           num_sequences, n)
@@ -296,7 +296,6 @@ def _head_summary(values) -> dict:
 
 def pca_numbers(inside: np.ndarray, beyond: np.ndarray):
   """(fit on `inside` [N, M] only, its numbers, (inside, beyond) projected [., 2])."""
-  from randomized_pe import probes  # pylint: disable=import-outside-toplevel
 
   fit = probes.fit_pca(inside)
   distances = probes.cloud_distances(inside, beyond, fit)
@@ -312,11 +311,7 @@ def pca_numbers(inside: np.ndarray, beyond: np.ndarray):
 def run_analysis(run: Run, progress: Callable[[str], None] = lambda s: None) -> dict:
   """Restores the run's newest checkpoint, probes it at both lengths, writes the figures and
   analysis.json into run.out, and returns the JSON's content."""
-  import jax  # pylint: disable=import-outside-toplevel
 
-  from experiments.training import data  # pylint: disable=import-outside-toplevel
-  from experiments.storage import io_utils  # pylint: disable=import-outside-toplevel
-  from experiments.training import trained_run  # pylint: disable=import-outside-toplevel
   attention = run.kind in ("attention", "all")
   activations = run.kind in ("pca", "all")
   restored = trained_run.restore_run(run.workdir)

@@ -6,6 +6,7 @@ line: experiments/ito_analysis.py (python -m experiments.ito_analysis)."""
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import math
 import os
@@ -13,7 +14,22 @@ import re
 import sys
 from typing import Optional, Sequence
 
+import jax
+import jax.numpy as jnp
+import ml_collections
 import numpy as np
+from scipy import linalg
+from scipy import spatial
+from scipy import stats
+from scipy.spatial import distance
+
+from configs import latin_square
+from experiments.storage import io_utils
+from experiments.training import data
+from experiments.training import evaluation
+from experiments.training import trained_run
+from randomized_pe.models import ito
+from tasks.latin_square import data as lst
 
 NOISE_SDS = (0.02, 0.04, 0.06, 0.08, 0.10)  # The paper's (Fig. 5).
 REFERENCE = "2d_fixed"
@@ -32,7 +48,6 @@ MAIN_PROTOCOL = "adam"
 
 def attention_cosine(a, b) -> float:
   """Cosine similarity of two attention maps (any equal shapes), flattened."""
-  from scipy.spatial import distance  # pylint: disable=import-outside-toplevel
 
   return float(1.0 - distance.cosine(np.ravel(a).astype(np.float64),
                                      np.ravel(b).astype(np.float64)))
@@ -41,7 +56,6 @@ def attention_cosine(a, b) -> float:
 def attention_js(a, b) -> float:
   """Mean Jensen-Shannon divergence (base 2, in [0, 1]) between the rows of two attention
   maps [..., T] (each row a distribution over the keys): scipy's distance, squared."""
-  from scipy.spatial import distance  # pylint: disable=import-outside-toplevel
 
   a = np.asarray(a, np.float64).reshape(-1, np.shape(a)[-1])
   b = np.asarray(b, np.float64).reshape(-1, np.shape(b)[-1])
@@ -51,7 +65,6 @@ def attention_js(a, b) -> float:
 def procrustes_distance(learned, target) -> float:
   """||P R - T||_F with R the orthogonal matrix minimising it
   (scipy.linalg.orthogonal_procrustes(P, T)); P, T [N, M], no centring or scaling."""
-  from scipy import linalg  # pylint: disable=import-outside-toplevel
 
   learned = np.asarray(learned, np.float64)
   target = np.asarray(target, np.float64)
@@ -62,7 +75,6 @@ def procrustes_distance(learned, target) -> float:
 def procrustes_disparity(learned, target) -> float:
   """scipy.spatial.procrustes(T, P)'s disparity: both centred and scaled to Frobenius
   norm 1, P rotated and scaled onto T; the sum of squared differences, in [0, 1]."""
-  from scipy import spatial  # pylint: disable=import-outside-toplevel
 
   _, _, disparity = spatial.procrustes(np.asarray(target, np.float64),
                                        np.asarray(learned, np.float64))
@@ -73,7 +85,6 @@ def human_similarity(model_accuracy, human_accuracy) -> dict:
   """Per-puzzle model accuracy m against human accuracy h (the paper's Fig. 6):
   {"cosine": m.h / |m||h|, "spearman": rho, "spearman_p", "composite": (cosine + rho) / 2}.
   rho (and so the composite) is None when either vector is constant."""
-  from scipy import stats  # pylint: disable=import-outside-toplevel
 
   m = np.asarray(model_accuracy, np.float64)
   h = np.asarray(human_accuracy, np.float64)
@@ -92,7 +103,6 @@ def human_similarity(model_accuracy, human_accuracy) -> dict:
 def spearman(x, y) -> Optional[dict]:
   """{"rho", "p", "levels"} over paired values (None where either is missing); None for
   fewer than 3 complete pairs or a constant side."""
-  from scipy import stats  # pylint: disable=import-outside-toplevel
 
   pairs = [(a, b) for a, b in zip(x, y) if _finite(a) and _finite(b)]
   if len(pairs) < 3:
@@ -294,7 +304,6 @@ def _flat(d: dict, prefix: str = "") -> dict:
 
 def _seed_rank(seed):
   """The seed's place among the original's 15 (configs/latin_square.SEEDS), then others."""
-  from configs import latin_square  # pylint: disable=import-outside-toplevel
   return (latin_square.SEEDS.index(seed) if seed in latin_square.SEEDS
           else len(latin_square.SEEDS), seed if isinstance(seed, int) else 0)
 
@@ -424,9 +433,7 @@ def write_job_inputs(workdir: str) -> str:
   seeds, which models stayed finite, the predicted classes, the attention maps
   [S, L, 108, 16, 16] (float32), the position terms and the noisy accuracies. Returns
   the path. ValueError if the run has no checkpoint."""
-  import io  # pylint: disable=import-outside-toplevel
 
-  from experiments.storage import io_utils  # pylint: disable=import-outside-toplevel
 
   info = run_info(workdir)
   models = _evaluate_folder(info, NOISE_SDS, 1, 0, use_inputs=False)
@@ -453,7 +460,6 @@ def _from_job_inputs(info: RunInfo, noise_sds, noise_draws, noise_seed) -> Optio
   path = os.path.join(info.workdir, JOB_INPUTS)
   if not os.path.isfile(path):
     return None
-  from experiments.training import data  # pylint: disable=import-outside-toplevel
 
   try:
     with np.load(path) as f:
@@ -471,7 +477,6 @@ def _from_job_inputs(info: RunInfo, noise_sds, noise_draws, noise_seed) -> Optio
         f"{info.workdir} has no checkpoint, and its {JOB_INPUTS} holds the noise at SDs "
         f"{stored['noise_sds'].tolist()}, {int(stored['noise_draws'])} draw(s), seed "
         f"{int(stored['noise_seed'])}: analyse it with those (the defaults)")
-  import ml_collections  # pylint: disable=import-outside-toplevel
   config = ml_collections.ConfigDict(info.config)
   source = data.source(config)
   dataset = source.task
@@ -497,11 +502,7 @@ def _evaluate_folder(info: RunInfo, noise_sds=NOISE_SDS, noise_draws: int = 1,
   reads the validation split: its key `evaluation.split_key`, the split as one chunk) with
   the model's attention weights (`apply(..., intermediates=True)`) and, for the noise,
   N(0, sd^2) added to the output of the embedding layer (`apply(..., embedding_noise=)`)."""
-  import jax  # pylint: disable=import-outside-toplevel
-  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
 
-  from experiments.training import evaluation  # pylint: disable=import-outside-toplevel
-  from experiments.training import trained_run  # pylint: disable=import-outside-toplevel
 
   try:
     run = trained_run.restore_run(info.workdir)  # ValueError for an unknown encoding.
@@ -558,7 +559,6 @@ def _evaluate_folder(info: RunInfo, noise_sds=NOISE_SDS, noise_draws: int = 1,
 
 def fixed_2d_term(d_model: int, grid_size: int, max_timescale: float) -> np.ndarray:
   """The 2d-fixed position matrix [T, M] of the original (the Procrustes target)."""
-  from randomized_pe.models import ito  # pylint: disable=import-outside-toplevel
 
   config = ito.ItoConfig(pe="2d_fixed", d_model=d_model, grid_size=grid_size,
                          max_timescale=max_timescale)
@@ -602,7 +602,6 @@ def analyse(runs: Sequence[RunInfo], reference: str = REFERENCE, noise_sds=NOISE
             noise_draws: int = 1, noise_seed: int = 0, pairing: str = "all",
             log=print) -> tuple[dict, list]:
   """Every analysis over `runs`: (the JSON record, the evaluated Models)."""
-  from tasks.latin_square import data as lst  # pylint: disable=import-outside-toplevel
 
   if pairing not in PAIRINGS:
     raise ValueError(f"unknown pairing {pairing!r}; valid choices: {', '.join(PAIRINGS)}")
@@ -880,7 +879,6 @@ def summary_markdown(result: dict) -> str:
 
 def write_analysis(runs: Sequence[RunInfo], out_dir: str, **settings) -> dict:
   """`analyse`, then OUT_DIR/analysis.json and OUT_DIR/figures/; returns the result."""
-  from experiments.storage import io_utils  # pylint: disable=import-outside-toplevel
 
   result, models = analyse(runs, **settings)
   os.makedirs(out_dir, exist_ok=True)
@@ -908,7 +906,6 @@ def encoding_of(label: str) -> str:
 
 def check_encodings(labels) -> None:
   """ValueError (one line) for a label or name of an encoding Ito's model does not have."""
-  from randomized_pe.models import ito  # pylint: disable=import-outside-toplevel
 
   for label in labels:
     ito.get(encoding_of(label))
