@@ -12,6 +12,8 @@ import os
 import re
 import signal
 import sys
+import threading
+import traceback
 from typing import Callable, NoReturn, Sequence
 
 EXIT_FAILED = 1  # The run failed: operating-system error, damaged file, non-finite loss.
@@ -167,8 +169,6 @@ def library_output_to(path: str):
   if debug():
     yield None
     return
-  import threading  # pylint: disable=import-outside-toplevel
-  import traceback  # pylint: disable=import-outside-toplevel
 
   from absl import logging as absl_logging  # pylint: disable=import-outside-toplevel
 
@@ -202,7 +202,6 @@ def library_output_to(path: str):
 
 def log_traceback(stream, error: BaseException) -> None:
   """The traceback of `error` into the library log (stderr in debug mode)."""
-  import traceback  # pylint: disable=import-outside-toplevel
   text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
   (stream or sys.stderr).write(text)
 

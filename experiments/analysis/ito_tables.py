@@ -11,6 +11,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 from experiments.analysis import ito
+from experiments.storage import io_utils
+from tasks.latin_square import data as lst
 
 PAPER_RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                              "paper_numbers",
@@ -27,7 +29,6 @@ def load_paper(path: str = PAPER_RESULTS) -> dict:
 
 
 def _train_puzzles() -> int:
-  from tasks.latin_square import data as lst  # pylint: disable=import-outside-toplevel
   return len(lst.CONDITIONS) * lst.GENERATED_ROWS_PER_CONDITION - lst.HELDOUT_ROWS
 
 
@@ -36,7 +37,6 @@ def _as_list(value) -> list:
 
 
 def _read(path: str, lines: bool):
-  from experiments.storage import io_utils  # pylint: disable=import-outside-toplevel
 
   try:
     if lines:
@@ -363,7 +363,6 @@ class Report:
 def write_report(runs: Sequence[ito.RunInfo], out_dir: str,
                  analysis_path: Optional[str] = None, epoch: float = TABLE_EPOCH) -> str:
   """Renders the report, writes OUT_DIR/report.md, returns the Markdown."""
-  from experiments.storage import io_utils  # pylint: disable=import-outside-toplevel
 
   analysis = None
   if analysis_path and os.path.exists(analysis_path):

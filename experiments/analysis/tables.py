@@ -9,10 +9,16 @@ import io
 import json
 import os
 import sys
+import warnings
 
 import numpy as np
 
+from experiments import cli
+from experiments.analysis import ito_tables
 from experiments.storage import io_utils
+from experiments.storage import workdir as workdir_lib
+from experiments.training import events
+from experiments.training import jobs
 
 PAPER_RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                              "paper_numbers",
@@ -77,7 +83,6 @@ def unfinished_jobs(sweep_dir: str, results: dict) -> list[tuple[str, str]]:
   """(task, variant) of every job of the sweep without a result: the jobs its configs
   name (`sweep.tasks` x its variants, from any job's config.json) and the job folders
   holding a config.json, less those in `results`."""
-  from experiments.training import jobs  # pylint: disable=import-outside-toplevel
 
   started = set()
   for task in sorted(os.listdir(sweep_dir)):
@@ -212,7 +217,6 @@ def plot_task(task: str, results: dict, encodings, path: str) -> None:
 def sweep_variants(sweep_dir: str, results: dict) -> list[str] | None:
   """The sweep's variant names in the config's order, from the jobs' config.json
   (`sweep.encodings` then `sweep.variants`); None if no job's config names variants."""
-  from experiments.training import jobs  # pylint: disable=import-outside-toplevel
 
   for task, name in results:
     try:
@@ -350,7 +354,6 @@ def write_variant_report(sweep_dir: str, results: dict, order, out_dir: str) -> 
 
 def stored_job_config(sweep_dir: str, task: str, name: str) -> dict | None:
   """A job's config.json (None without one; CorruptFileError if damaged)."""
-  from experiments.storage import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
   return workdir_lib.stored_config(os.path.join(sweep_dir, task, name))
 
 
@@ -947,7 +950,6 @@ REPORTS = {
 def _ito_report(sweep_dir, results, out_dir):
   """Ito et al.'s Tables 1-6 for a folder of Latin-square runs (experiments/analysis/
   ito_tables.py)."""
-  from experiments.analysis import ito_tables  # pylint: disable=import-outside-toplevel
   return ito_tables.report_kind(sweep_dir, results, out_dir)
 KINDS = ("auto",) + tuple(REPORTS)
 
@@ -970,7 +972,6 @@ def write_report(sweep_dir: str, out_dir: str | None = None, kind: str = "auto")
   returns its tables, its kind, the text to print and out_dir."""
   if kind not in KINDS:
     raise ValueError(f"unknown report kind {kind!r}; valid choices: {', '.join(KINDS)}")
-  from experiments import cli  # pylint: disable=import-outside-toplevel
 
   cli.check_folder(sweep_dir, "sweep_dir")
   if not os.path.isdir(sweep_dir):
@@ -1001,8 +1002,6 @@ _SCORES = (("mean", "all lengths"), ("train_range", "training lengths"),
 
 def _run_members(run_dir: str, count: int) -> list[str]:
   """Names of the run's models (experiments.training.events.member_names), from its config.json."""
-  from experiments.training import events  # pylint: disable=import-outside-toplevel
-  from experiments.storage import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
   try:
     stored = workdir_lib.stored_config(run_dir) or {}
   except io_utils.CorruptFileError:
@@ -1073,7 +1072,6 @@ def _plot_lines(ax, steps, label: str, values: np.ndarray, names, color=None) ->
         ax.plot(steps, values[:, i], lw=1, label=label if i == 0 else None, color=color,
                 alpha=0.35 + 0.65 * (i + 1) / values.shape[1])
   else:
-    import warnings  # pylint: disable=import-outside-toplevel
     with warnings.catch_warnings():  # All-NaN steps (every model diverged) stay NaN.
       warnings.simplefilter("ignore", RuntimeWarning)
       mean = np.nanmean(values, axis=1)
@@ -1087,7 +1085,6 @@ def write_curves(run_dir: str, out_dir: str | None = None) -> dict:
   """Draws a run's training loss and accuracy, and its evaluations during training,
   against the step into OUT_DIR/curves.png (default RUN_DIR); returns the path and a
   line to print."""
-  from experiments import cli  # pylint: disable=import-outside-toplevel
 
   cli.check_folder(run_dir, "run_dir")
   if not os.path.isdir(run_dir):

@@ -5,6 +5,7 @@ line is experiments/sweep.py (python -m experiments.sweep), which documents the 
 and executors."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 import copy
 import dataclasses
 import json
@@ -12,12 +13,19 @@ import os
 import re
 import sys
 import time
-from collections.abc import Mapping
 from typing import Callable
 
 import ml_collections
 
+from experiments import cli
+from experiments.storage import io_utils
+from experiments.storage import results_git
+from experiments.storage import workdir as workdir_lib
+from experiments.training import compile_cache
 from experiments.training import data
+from experiments.training import loop
+from experiments.training import stopping
+from experiments.training import validation
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXECUTORS = ("local", "ray")
@@ -154,7 +162,6 @@ def make_jobs(config: ml_collections.ConfigDict, sweep_dir: str) -> list[Job]:
   variant's overrides set, in that order, and its folder
   SWEEP_DIR/TASK/VARIANT.
   """
-  from experiments.training import validation  # pylint: disable=import-outside-toplevel
 
   pairs = variants(config.sweep)
   encodings = set(config.sweep.get("encodings", None) or ())
@@ -234,8 +241,6 @@ def job_status(job: Job) -> tuple[bool, str | None]:
 
 def _trained_status(job: Job) -> tuple[bool, str | None]:
   """job_status without `sweep.job_outputs`."""
-  from experiments.storage import io_utils  # pylint: disable=import-outside-toplevel
-  from experiments.storage import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
 
   path = os.path.join(job.workdir, "eval.json")
   if not os.path.exists(path):
@@ -274,8 +279,6 @@ def _model_scores(model: dict) -> dict:
 def run_job(config_dict: dict, workdir: str) -> dict:
   """Trains and evaluates one job (resuming from its checkpoints); returns its scores,
   one dict per model (`_model_scores`)."""
-  from experiments.training import compile_cache  # pylint: disable=import-outside-toplevel
-  from experiments.training import loop  # pylint: disable=import-outside-toplevel
 
   config = ml_collections.ConfigDict(config_dict)
   config.progress = False
@@ -284,7 +287,6 @@ def run_job(config_dict: dict, workdir: str) -> dict:
   job = Job(config.task, "", workdir, config_dict, os.path.basename(os.path.normpath(workdir)))
   outputs = _job_outputs(config_dict)
   if outputs and _trained_status(job)[0]:  # Trained before; only an output is missing.
-    from experiments.storage import io_utils  # pylint: disable=import-outside-toplevel
     result = io_utils.read_json(os.path.join(workdir, "eval.json"))
   else:
     result = loop.train_and_evaluate(config, workdir)
@@ -298,8 +300,6 @@ def run_job(config_dict: dict, workdir: str) -> dict:
 
 def _error_kind(error: BaseException) -> tuple[str, int]:
   """(description, worker exit code) of a job's exception."""
-  from experiments import cli  # pylint: disable=import-outside-toplevel
-  from experiments.training import stopping  # pylint: disable=import-outside-toplevel
 
   if isinstance(error, stopping.Interrupted):
     return cli.one_line(error), error.exit_code
@@ -325,7 +325,6 @@ def _stop_with_parent(parent_pid: int) -> None:
 def _worker(job_fn, config: dict, workdir: str, parent_pid: int, messages) -> None:
   """A local worker process: runs one job, reports (workdir, error or None), exits with
   0, 2 (bad input), 1 (failed) or 128 + signal (interrupted, after saving)."""
-  from experiments.training import stopping  # pylint: disable=import-outside-toplevel
 
   def report(message):
     try:
@@ -393,7 +392,6 @@ class SweepInterrupted(Exception):
 
 
 def _run_local(jobs, progress, job_fn, workers, max_retries):
-  from experiments.training import stopping  # pylint: disable=import-outside-toplevel
 
   if workers <= 1:
     for job in jobs:
@@ -420,9 +418,6 @@ def _run_workers(jobs, progress, job_fn, workers, max_retries):
   import multiprocessing  # pylint: disable=import-outside-toplevel
   import signal  # pylint: disable=import-outside-toplevel
 
-  from experiments import cli  # pylint: disable=import-outside-toplevel
-  from experiments.training import stopping  # pylint: disable=import-outside-toplevel
-  from experiments.storage import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
 
   context = multiprocessing.get_context("spawn")  # JAX does not survive fork.
   messages = context.SimpleQueue()
@@ -520,7 +515,6 @@ def run_sweep(config: ml_collections.ConfigDict, sweep_dir: str, executor: str =
   differences named, or with rerun_changed is moved aside (FOLDER.replaced-TIME) and
   run again.
   """
-  from experiments import cli  # pylint: disable=import-outside-toplevel
 
   if executor not in EXECUTORS:
     raise ValueError(f"unknown executor {executor!r}; valid choices: {', '.join(EXECUTORS)}")
@@ -545,7 +539,6 @@ def run_sweep(config: ml_collections.ConfigDict, sweep_dir: str, executor: str =
       notes.append((job, why))
   on_finished = None
   if commit_results:  # Each finished job's small files, committed as it finishes.
-    from experiments.storage import results_git  # pylint: disable=import-outside-toplevel
     on_finished = lambda job: results_git.commit_job(  # pylint: disable=unnecessary-lambda-assignment
         job.workdir, job.name, [file for _, _, file in _job_outputs(job.config)])
   progress = Progress(len(jobs), len(jobs) - len(todo), workers, on_finished)

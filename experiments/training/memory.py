@@ -20,6 +20,10 @@ from __future__ import annotations
 
 import os
 
+import jax
+
+from experiments.training import data
+
 LIMIT_ENV = "RANDOMIZED_PE_MEMORY_LIMIT"
 _FLOAT = 4
 
@@ -29,7 +33,6 @@ def available_bytes() -> int | None:
   memory's limit (jax's memory_stats, None if it has none); else MemAvailable; else None."""
   if os.environ.get(LIMIT_ENV):
     return int(float(os.environ[LIMIT_ENV]))
-  import jax  # pylint: disable=import-outside-toplevel
   if jax.default_backend() != "cpu":
     stats = jax.devices()[0].memory_stats() or {}
     return stats.get("bytes_limit")
@@ -50,7 +53,6 @@ def _gb(n: float) -> str:
 def estimate(config, task, model, num_models: int) -> dict[str, float]:
   """Bytes of the largest evaluation and training programs of a generated task's run,
   from the model's cost hints (`activation_floats_per_sequence`: a lower bound)."""
-  from experiments.training import data  # pylint: disable=import-outside-toplevel
 
   e = config.evaluation
   t_eval = data.sequence_length(task, e.max_length)
@@ -66,7 +68,6 @@ def estimate(config, task, model, num_models: int) -> dict[str, float]:
 
 def check(config, source, model, num_models: int) -> None:
   """ValueError (one line, the estimate and the limit) if a program of the run cannot fit."""
-  from experiments.training import data  # pylint: disable=import-outside-toplevel
 
   if not isinstance(source, data.GeneratedBatches):
     return  # A dataset's programs are sized by its own checks.
