@@ -1,9 +1,11 @@
-"""The `ito` section of experiments/benchmark.py on a tiny config: XLA's cost analysis of
-the compiled training step against an analytic count of the model's matrix products, a
-grid's FLOPs as the models' sum, and the profile's op shares."""
+"""The `ito` section of the benchmark (experiments/benchmarking/ito_speed.py) on a tiny
+config: XLA's cost analysis of the compiled training step against an analytic count of
+the model's matrix products, a grid's FLOPs as the models' sum, and the profile's op
+shares."""
 import pytest
 
-from experiments import benchmark
+from experiments.benchmarking import ito_speed
+from experiments.benchmarking import throughput
 
 
 def _tiny(seeds=1):
@@ -17,9 +19,9 @@ def _tiny(seeds=1):
 
 
 def test_cost_analysis_flops_match_the_analytic_matmul_count(tmp_path):
-  one = benchmark.ito_step_figures(_tiny(), timed_steps=2, profile_steps=2,
+  one = ito_speed.ito_step_figures(_tiny(), timed_steps=2, profile_steps=2,
                                    scratch=str(tmp_path))
-  analytic = benchmark.ito_matmul_flops(_tiny())
+  analytic = ito_speed.ito_matmul_flops(_tiny())
   # 3 x 32 x 16 x (2 (4 d^2 + 2 T d + 2 d m) + embed + read-out), d 64, m 256.
   assert analytic == pytest.approx(3 * 512 * (2 * (4 * 64 ** 2 + 2 * 16 * 64 + 2 * 64 * 256)
                                               + 2 * 6 * 64 + 2 * 64 * 4) - 512 * 2 * 6 * 64)
@@ -30,11 +32,11 @@ def test_cost_analysis_flops_match_the_analytic_matmul_count(tmp_path):
   shares = one["profile"]["shares"]
   assert sum(shares.values()) == pytest.approx(1.0)
   assert shares.get("matmul", 0) > 0.05, shares
-  grid = benchmark.ito_step_figures(_tiny(seeds=2), timed_steps=2)
+  grid = ito_speed.ito_step_figures(_tiny(seeds=2), timed_steps=2)
   assert grid["models"] == 2
   assert grid["flops_per_model_step"] == pytest.approx(one["flops_per_step"], rel=0.02)
 
 
 def test_matmul_throughput_is_measured():
-  figures = benchmark.matmul_throughput(size=256, repeats=3)
+  figures = throughput.matmul_throughput(size=256, repeats=3)
   assert figures["gflops_best"] >= figures["gflops_median"] > 0

@@ -1,13 +1,16 @@
-"""The `train`, `eval` and `roofline` sections of experiments/benchmark.py on tiny
-settings: the side-by-side runner (today's code and a temporary worktree of a commit, in
-subprocesses), the release's one-line error, the step figures of a config of several
-programs, and the roofline arithmetic on a fake cost table. Figures are never asserted."""
+"""The `train`, `eval` and `roofline` sections of the benchmark (experiments/benchmarking/)
+on tiny settings: the side-by-side runner (today's code and a temporary worktree of a
+commit, in subprocesses), the release's one-line error, the step figures of a config of
+several programs, and the roofline arithmetic on a fake cost table. Figures are never
+asserted."""
 import os
 import subprocess
 
 import pytest
 
-from experiments import benchmark
+from experiments.benchmarking import processes
+from experiments.benchmarking import roofline
+from experiments.benchmarking import throughput
 
 TINY = {"num_layers": 1, "d_model": 16, "num_heads": 2}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -20,12 +23,12 @@ def _worktrees() -> str:
 
 def test_baseline_commit_runner_on_head(tmp_path):
   import sys  # pylint: disable=import-outside-toplevel
-  with benchmark.baseline_worktree("HEAD") as (path, commit):
+  with processes.baseline_worktree("HEAD") as (path, commit):
     assert os.path.isfile(os.path.join(path, "experiments", "benchmark.py"))
     assert path in _worktrees()
     parts = [{"label": f"commit {commit}", "kind": "ours", "root": path,
               "python": sys.executable}]
-    results = benchmark.compare_training(parts, "randomized_relative", "paper", [2, 3],
+    results = processes.compare_training(parts, "randomized_relative", "paper", [2, 3],
                                          steps=2, round_steps=1, batch=4,
                                          malloc_modes=[False], scratch=str(tmp_path),
                                          model=TINY, echo=lambda *a: None)
@@ -42,7 +45,7 @@ def test_release_that_cannot_be_imported_is_one_line(tmp_path):
   import sys  # pylint: disable=import-outside-toplevel
   parts = [{"label": "release", "kind": "release", "root": str(tmp_path / "nowhere"),
             "python": sys.executable}]
-  results = benchmark.compare_training(parts, "randomized_relative", "paper", [2], steps=1,
+  results = processes.compare_training(parts, "randomized_relative", "paper", [2], steps=1,
                                        round_steps=1, batch=4, malloc_modes=[False],
                                        scratch=str(tmp_path), echo=lambda *a: None)
   error = results["release/plain malloc"]["error"]
@@ -51,14 +54,14 @@ def test_release_that_cannot_be_imported_is_one_line(tmp_path):
 
 def test_bad_baseline_commit_is_one_line():
   with pytest.raises(ValueError, match="no_such_rev"):
-    with benchmark.baseline_worktree("no_such_rev"):
+    with processes.baseline_worktree("no_such_rev"):
       pass
 
 
 def test_malloc_environment():
-  env = benchmark.malloc_environment(False, {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1:a=1"})
+  env = processes.malloc_environment(False, {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1:a=1"})
   assert env["GLIBC_TUNABLES"] == "a=1" and env["RANDOMIZED_PE_MALLOC_TUNING"] == "0"
-  tuned = benchmark.malloc_environment(True, {"RANDOMIZED_PE_MALLOC_TUNING": "0"})
+  tuned = processes.malloc_environment(True, {"RANDOMIZED_PE_MALLOC_TUNING": "0"})
   if tuned is not None:  # Where huge-page malloc applies (Linux, glibc >= 2.35, THP).
     assert "glibc.malloc.hugetlb=1" in tuned["GLIBC_TUNABLES"]
 
@@ -66,7 +69,7 @@ def test_malloc_environment():
 def test_evaluation_runner_identical_accuracies(tmp_path):
   import sys  # pylint: disable=import-outside-toplevel
   parts = [{"label": "today", "root": ROOT, "python": sys.executable}]
-  runs = benchmark.compare_evaluation(
+  runs = processes.compare_evaluation(
       parts, "randomized_relative", range(3, 5), rounds=2, scratch=str(tmp_path),
       overrides={"model": TINY, "evaluation": {"batch_size": 8, "max_buckets": 2}})
   for row in runs.values():
@@ -79,7 +82,7 @@ def test_step_figures_of_several_programs():
   config = default.get_config()
   config.model.update(**TINY)
   config.training.update(batch_size=4, min_length=1, max_length=3, max_programs=2)
-  figures = benchmark.step_figures(config, timed_steps=4, batches=6)
+  figures = throughput.step_figures(config, timed_steps=4, batches=6)
   flops = sorted(figures["flops_per_program"].values())
   assert figures["programs"] == len(flops) == 2
   assert flops[0] < figures["flops_per_step"] < flops[1] or figures["flops_per_step"] in flops
@@ -93,13 +96,13 @@ def test_roofline_arithmetic_on_a_fake_cost_table():
   # length 2: 1 GFLOP, 0.2 GB (memory-bound: 2 ms).
   train = {1: (1e9, 1e6), 2: (1e9, 2e8)}
   evals = {3: (2e12, 0.0)}  # 2 s at FP32, 0.5 s at FP16.
-  out = benchmark.roofline_projection(train, evals, gpus, protocol)["G"]
+  out = roofline.roofline_projection(train, evals, gpus, protocol)["G"]
   assert out["FP32"]["step_ms"] == pytest.approx(1.5)
   assert out["FP16"]["step_ms"] == pytest.approx((0.25 + 2) / 2)
   assert out["FP32"]["eval_s"] == pytest.approx(2.0)
   assert out["FP32"]["hours_per_model"] == pytest.approx((1000 * 1.5e-3 + 2) / 3600)
   assert out["FP32"]["gpu_hours"] == pytest.approx(10 * (1.5 + 2) / 3600)
   assert out["FP32"]["memory_bound_lengths"] == pytest.approx(0.5)
-  fitted = benchmark.fit_costs({1: (1.0, 2.0), 2: (4.0, 3.0), 4: (16.0, 5.0)}, range(1, 6))
+  fitted = roofline.fit_costs({1: (1.0, 2.0), 2: (4.0, 3.0), 4: (16.0, 5.0)}, range(1, 6))
   assert fitted[3][0] == pytest.approx(9.0) and fitted[5][1] == pytest.approx(6.0)
-  assert benchmark.paper_table2_hours()[("reverse_string", "randomized_relative")] == 2.75
+  assert roofline.paper_table2_hours()[("reverse_string", "randomized_relative")] == 2.75

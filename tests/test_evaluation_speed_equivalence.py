@@ -1,7 +1,8 @@
 """Evaluation's even sub-batches and larger attention chunks (issue 27, item 6) give the
 results of the batching before them (`legacy_batching=True`): the same accuracies, logits
 within 1e-5 of an unchunked forward. Equality tests, not timings (those:
-`python -m experiments.benchmark --sections=eval`, docs/benchmark.md)."""
+`python -m experiments.benchmark --sections=eval`, in
+experiments/benchmarking/evaluation_speed.py; docs/benchmark.md)."""
 import jax
 import jax.numpy as jnp
 import numpy as np

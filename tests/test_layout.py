@@ -77,10 +77,13 @@ def test_the_tasks_cite_nothing_outside_the_repository():
 
 
 # The floors of experiments/ (issue #30): a module imports only from floors below its
-# own, or from its own room (folder). Entry points import no other entry point.
-FLOORS = {"storage": 1, "cli": 1, "training": 2, "analysis": 3}
+# own, or from its own room (folder). Entry points import no other entry point;
+# analysis/ and benchmarking/ stand side by side: neither imports the other.
+FLOORS = {"storage": 1, "cli": 1, "training": 2, "analysis": 3, "benchmarking": 3}
 ENTRY_POINTS = ("train", "sweep", "report", "analyze", "ito_report", "ito_analysis",
-                "benchmark", "benchmark_driver")
+                "benchmark")
+# What an entry point may define besides its flags (analyze: command_line, its app.run).
+ENTRY_POINT_FUNCTIONS = {"main", "define_flags", "command_line"}
 
 
 def _room(dotted: str) -> str:
@@ -106,7 +109,7 @@ def _experiments_imports(path: pathlib.Path) -> set[str]:
 def test_experiments_imports_run_down_its_floors_only():
   rooms = {p.name for p in ROOT.joinpath("experiments").iterdir()
            if p.is_dir() and p.joinpath("__init__.py").exists()}
-  assert rooms == {"storage", "training", "analysis"}, rooms
+  assert rooms == {"storage", "training", "analysis", "benchmarking"}, rooms
   modules = {p.stem for p in ROOT.joinpath("experiments").glob("*.py")} - {"__init__"}
   assert modules == {"cli", *ENTRY_POINTS}, modules  # Machinery lives in a room.
   wrong = []
@@ -120,4 +123,32 @@ def test_experiments_imports_run_down_its_floors_only():
         continue  # Within one room.
       if FLOORS.get(other, 4) >= floor:
         wrong.append(f"{'/'.join(parts)}.py imports {target}")
+  assert not wrong, wrong
+
+
+def test_entry_points_are_flags_and_main_only():
+  # The benchmark's machinery once lived in experiments/benchmark.py (1,534 lines) and
+  # benchmark_driver.py; it is in benchmarking/ now (issue #30 item 1), and stays there.
+  import ast  # pylint: disable=import-outside-toplevel
+
+  wrong = []
+  for name in ENTRY_POINTS:
+    tree = ast.parse(ROOT.joinpath("experiments", f"{name}.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+      if isinstance(node, ast.ClassDef) or (
+          isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+          and node.name not in ENTRY_POINT_FUNCTIONS):
+        wrong.append(f"experiments/{name}.py defines {node.name}")
+  assert not wrong, wrong
+
+
+def test_rooms_read_no_flags():
+  # An entry point reads its flags and passes their values; a room's functions take them
+  # as arguments (absl's flags are global: a room reading them could not be called twice
+  # with other values, nor from another entry point).
+  wrong = []
+  for path in ROOT.joinpath("experiments").glob("*/*.py"):
+    text = path.read_text(encoding="utf-8")
+    if "from absl import flags" in text or "import absl.flags" in text or "flags.FLAGS" in text:
+      wrong.append(str(path.relative_to(ROOT)))
   assert not wrong, wrong

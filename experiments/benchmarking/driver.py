@@ -1,10 +1,11 @@
-"""A training-step timer that experiments/benchmark.py (section `train`) writes to a
-temporary folder and starts once per code version and malloc setting. It imports the
-code under test from its own folder (argument "root"): this project at today's tree or at
-a temporary worktree of a previous commit ("kind": "ours"), or the original release
-google-deepmind/randomized_positional_encodings ("kind": "release"), and builds the
-training step of the same model (5 layers, d_model 64, 8 heads, dropout 0.1), batch and
-lengths. Protocol (one JSON object per line on stdout, after a tag):
+"""A training-step timer that the benchmark's sections `train` and `eval`
+(processes.TrainWorker) copy to a temporary folder and start once per code version and
+malloc setting, as a script (`python driver.py SPEC`; importing it runs nothing). It
+imports the code under test from its own folder (argument "root"): this project at
+today's tree or at a temporary worktree of a previous commit ("kind": "ours"), or the
+original release google-deepmind/randomized_positional_encodings ("kind": "release"),
+and builds the training step of the same model (5 layers, d_model 64, 8 heads, dropout
+0.1), batch and lengths. Protocol (one JSON object per line on stdout, after a tag):
   READY {"params", "compile_s", "programs", "flops": {length: FLOPs}, "bytes": {...}}
       after compiling one program per length (ahead of time) and running each once;
   then per line of stdin {"lengths": [...], "seed": r}: makes those batches (not timed),
@@ -20,10 +21,6 @@ import os
 import sys
 import tempfile
 import time
-
-SPEC = json.loads(sys.argv[1])
-LENGTHS = [int(n) for n in SPEC["lengths"]]
-BATCH = int(SPEC.get("batch", 0))
 
 
 def emit(tag, obj):
@@ -259,4 +256,8 @@ def main():
     emit("DONE", {"seconds": time.perf_counter() - start})
 
 
-main()
+if __name__ == "__main__":
+  SPEC = json.loads(sys.argv[1])
+  LENGTHS = [int(n) for n in SPEC["lengths"]]
+  BATCH = int(SPEC.get("batch", 0))
+  main()
