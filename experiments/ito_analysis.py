@@ -7,7 +7,9 @@ A run is one workdir of `experiments.train` with `configs/latin_square.py` (or a
 `experiments.sweep`): one encoding, every seed of its grid; folders of one label with
 disjoint seeds (configs/ito_sweep.py: one job per seed) are one run, their models the
 union (`merge_runs`). --sweep_dir finds the runs in a folder and one level below
-(SWEEP_DIR/RUN or SWEEP_DIR/TASK/RUN). Each folder is read at its newest checkpoint, the
+(SWEEP_DIR/RUN or SWEEP_DIR/TASK/RUN), leaving out (with a note) the runs that have not
+finished training, e.g. a sweep's stopped job; --workdirs analyses whatever it is given.
+Each folder is read at its newest checkpoint, the
 parameters with their leading seed axis [S, ...], or, without one (a results folder
 committed without checkpoints), from the JOB_INPUTS file its sweep job wrote after
 training (`write_job_inputs`); folders with neither are skipped with a warning. Models
@@ -48,6 +50,7 @@ given twice in one label, folders of one label with other settings) is one line 
 and exit code 2 (experiments/cli.py).
 """
 import os
+import sys
 
 from experiments.analysis import ito
 
@@ -64,7 +67,11 @@ def main(argv):
     sds = ito.parse_floats(_NOISE_SDS.value, "--noise_sds")
     if _NOISE_DRAWS.value < 1:
       raise ValueError(f"--noise_draws must be >= 1, got {_NOISE_DRAWS.value}")
-    runs = ito.find_runs(_SWEEP_DIR.value, workdirs)
+    unfinished = []
+    runs = ito.find_runs(_SWEEP_DIR.value, workdirs, skipped=unfinished)
+    if unfinished:
+      print(f"skipping {len(unfinished)} unfinished run(s) (no eval.json for the configured "
+            f"steps; analyse one with --workdirs): {', '.join(unfinished)}", file=sys.stderr)
     ito.check_encodings([_REFERENCE.value] + [e for e in (_ENCODINGS.value or "").split(",")
                                           if e.strip()])
     if _ENCODINGS.value:

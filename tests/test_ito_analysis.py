@@ -7,6 +7,7 @@ costs seconds).
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 
@@ -206,6 +207,25 @@ def _final(epoch, accuracies, diverged=None):
   return {"epoch": epoch, "splits": list(accuracies), "models": models}
 
 
+def test_find_runs_leaves_out_unfinished_runs_only_when_asked(tmp_path):
+  sweep_dir = tmp_path / "sweep"
+  for name, pe, step in (("done", "2d_fixed", 10), ("stopped", "nope", None),
+                         ("early", "learn", 4)):
+    _fixture_run(str(sweep_dir / name), pe, (1,), sigma=0.2,
+                 final=None if step is None else {"step": step})
+    config = json.loads((sweep_dir / name / "config.json").read_text())
+    config["training"]["steps"] = 10
+    (sweep_dir / name / "config.json").write_text(json.dumps(config))
+  assert ia.is_finished(str(sweep_dir / "done"))
+  assert not ia.is_finished(str(sweep_dir / "stopped"))
+  assert not ia.is_finished(str(sweep_dir / "early"))  # eval.json of another step count.
+  skipped = []
+  assert [r.label for r in ia.find_runs(str(sweep_dir), skipped=skipped)] == ["2d_fixed"]
+  assert sorted(os.path.basename(f) for f in skipped) == ["early", "stopped"]
+  assert len(ia.find_runs(str(sweep_dir))) == 3  # The report shows unfinished runs too.
+  assert len(ia.find_runs(workdirs=[str(sweep_dir / "stopped")], skipped=[])) == 1
+
+
 def test_report_renders_fixture_runs_with_missing_cells(tmp_path):
   sweep_dir = tmp_path / "sweep"
   _fixture_run(sweep_dir / "2d_fixed", "2d_fixed", [2235, 6312], records=[
@@ -343,9 +363,17 @@ def test_analysis_entry_point_end_to_end(tmp_path):
   finals = {"learn-0.2": _train_tiny(sweep_dir / "a", 1e-4),
             other: _train_tiny(sweep_dir / "b", 3e-4)}
   (sweep_dir / "empty").mkdir()  # Not a run: ignored.
+  # A stopped job (checkpoints, no eval.json): left out with a note, not read at its
+  # newest checkpoint as if trained (it would also need programs of its own encoding).
+  shutil.copytree(sweep_dir / "a", sweep_dir / "stopped")
+  (sweep_dir / "stopped" / "eval.json").unlink()
+  config = json.loads((sweep_dir / "stopped" / "config.json").read_text())
+  config["model"]["pe"] = "nope"
+  (sweep_dir / "stopped" / "config.json").write_text(json.dumps(config))
   out = _cli("experiments.ito_analysis", f"--sweep_dir={sweep_dir}", "--noise_sds=0,0.5",
              "--reference=learn-0.2", timeout=600)
   assert out.returncode == 0, out.stderr[-3000:]
+  assert "skipping 1 unfinished run(s)" in out.stderr and str(sweep_dir / "stopped") in out.stderr
   assert f"| {other} | 2 |" in out.stdout
   result = json.loads((sweep_dir / "ito_analysis" / "analysis.json").read_text())
   assert result["reference"] == "learn-0.2" and set(result["runs"]) == set(finals)

@@ -246,10 +246,29 @@ def run_info(workdir: str) -> RunInfo:
   return RunInfo(workdir, config, encoding, sigma, protocol, label, seeds)
 
 
-def find_runs(sweep_dir: str | None = None, workdirs: Sequence[str] = ()) -> list[RunInfo]:
+def is_finished(workdir: str) -> bool:
+  """Whether the run in `workdir` finished training: its eval.json is for the configured
+  steps (as the sweep decides a job is finished). A stopped run has only checkpoints."""
+  try:
+    with open(os.path.join(workdir, "eval.json"), encoding="utf-8") as f:
+      step = json.load(f).get("step")
+    with open(os.path.join(workdir, "config.json"), encoding="utf-8") as f:
+      steps = json.load(f).get("training", {}).get("steps")
+  except (OSError, ValueError):
+    return False
+  return step is not None and step == steps
+
+
+def find_runs(sweep_dir: str | None = None, workdirs: Sequence[str] = (),
+              skipped: list | None = None) -> list[RunInfo]:
   """The runs of a sweep folder (the folder itself, its subfolders, and theirs) or of
   the given workdirs, in label order. ValueError (one line) for a missing folder, a
-  workdir without a run, no run at all, or two runs of one label."""
+  workdir without a run, no run at all, or two runs of one label.
+
+  skipped: when a list, the runs of the sweep folder that have not finished training
+  (`is_finished`) are left out and their folders appended to it: an analysis of a sweep
+  still running should not read a stopped job at its newest checkpoint as if it were
+  trained. Given workdirs are always analysed, finished or not."""
   if bool(sweep_dir) == bool(workdirs):
     raise ValueError("give either --sweep_dir or --workdirs")
   if workdirs:
@@ -272,9 +291,13 @@ def find_runs(sweep_dir: str | None = None, workdirs: Sequence[str] = ()) -> lis
       if not os.path.isfile(os.path.join(folder, "config.json")):
         continue
       try:
-        runs.append(run_info(folder))
+        info = run_info(folder)
       except ValueError:
         continue  # Another model's run in a shared sweep folder.
+      if skipped is not None and not is_finished(folder):
+        skipped.append(folder)
+        continue
+      runs.append(info)
     if not runs:
       raise ValueError(f"no Latin-square run of Ito's model (a config.json with "
                        f"model.name='ito') in {sweep_dir} or its subfolders")
