@@ -26,9 +26,10 @@ ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": ROOT}
 def test_jobs_are_single_models_seed_major_and_validate(tmp_path):
   jobs = sweep.make_jobs(ito_sweep.get_config(), str(tmp_path))  # Validates every job.
   names = [job.variant for job in jobs]
-  encodings = ["learn-0.2", "learn-2.0", "learn-1.0", "2d_fixed", "randomized_2d", "nope",
-               "1d_fixed"]
-  assert names == [f"{e}-s{s}" for s in latin_square.SEEDS[:3] for e in encodings]
+  first = ["learn-0.2", "learn-2.0", "learn-1.0", "2d_fixed", "randomized_2d"]  # The issue's.
+  later = ["nope", "1d_fixed"]  # "If time allows": after every seed of the first tier.
+  assert names == [f"{e}-s{s}" for tier in (first, later) for s in latin_square.SEEDS[:3]
+                   for e in tier]
   for job in jobs:
     seed = int(job.variant.rsplit("-s", 1)[1])
     assert job.config["grid"]["seeds"] == (seed,) and job.config["seed"] == seed
