@@ -16,6 +16,12 @@ import threading
 import traceback
 from typing import Callable, NoReturn, Sequence
 
+from absl import app
+from absl import flags
+from absl import logging as absl_logging
+from ml_collections import config_flags
+from ml_collections.config_flags import config_flags as config_flag_types
+
 EXIT_FAILED = 1  # The run failed: operating-system error, damaged file, non-finite loss.
 EXIT_BAD_INPUT = 2  # Bad flags, config file or setting; nothing was written.
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), as shells report it.
@@ -50,8 +56,6 @@ def _unknown_key_message(error: BaseException, argv: Sequence[str]) -> str | Non
 
 def config_error_message(error: BaseException, argv: Sequence[str] = ()) -> str:
   """One line for an error raised while flags or a config file are read."""
-  from absl import flags  # pylint: disable=import-outside-toplevel
-
   if isinstance(error, (KeyError, AttributeError)):
     message = _unknown_key_message(error, argv)
     if message:
@@ -170,8 +174,6 @@ def library_output_to(path: str):
     yield None
     return
 
-  from absl import logging as absl_logging  # pylint: disable=import-outside-toplevel
-
   stream = _LibraryLog(path)
   handler = absl_logging.get_absl_handler().python_handler
   saved = (handler.stream, sys.unraisablehook, threading.excepthook)
@@ -209,8 +211,6 @@ def log_traceback(stream, error: BaseException) -> None:
 def define_config(name: str, default: str, help_text: str):
   """config_flags.DEFINE_config_file, whose own errors (it applies overrides from the
   command line as soon as it is defined) become one line and exit code 2."""
-  from ml_collections import config_flags  # pylint: disable=import-outside-toplevel
-
   try:
     return config_flags.DEFINE_config_file(name, default, help_text)
   except Exception as e:  # pylint: disable=broad-except
@@ -219,13 +219,10 @@ def define_config(name: str, default: str, help_text: str):
 
 def parse_flags(argv: Sequence[str]) -> list[str]:
   """absl's flag parser with one-line errors (exit 2), for `app.run(flags_parser=...)`."""
-  from absl import flags  # pylint: disable=import-outside-toplevel
-  from ml_collections.config_flags import config_flags  # pylint: disable=import-outside-toplevel
-
   try:
     remaining = flags.FLAGS(argv)
     for name in list(flags.FLAGS):  # Config files load lazily: load them now, in the try.
-      if config_flags.is_config_flag(flags.FLAGS[name]):
+      if config_flag_types.is_config_flag(flags.FLAGS[name]):
         getattr(flags.FLAGS, name).keys()  # Raises the deferred error of a failed load.
   except Exception as e:  # pylint: disable=broad-except
     fail(config_error_message(e, argv))
@@ -238,8 +235,6 @@ def parse_flags(argv: Sequence[str]) -> list[str]:
 def run(main: Callable[[list[str]], None]) -> None:
   """app.run with one-line flag errors, and Ctrl-C outside the training loop (which
   handles it itself: experiments/training/stopping.py) ending quietly with exit code 130."""
-  from absl import app  # pylint: disable=import-outside-toplevel
-
   try:
     app.run(main, flags_parser=parse_flags)
   except KeyboardInterrupt:

@@ -10,20 +10,28 @@ import gc
 import json
 import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
 from absl import app
+import jax
 
+from configs import default
 from experiments.benchmarking import processes
 from experiments.benchmarking import throughput
 from experiments.benchmarking import timing
+from experiments.training import compile_cache
+from experiments.training import data
+from experiments.training import steps
+import tasks
 
 
 def _bucket_config(max_programs: int, max_train_length: int, quick: bool):
   """The paper's config (configs/default.py) on reverse_string, randomized_relative,
   training lengths 1..max_train_length, with `training.max_programs = max_programs`;
   `quick`: a tiny model."""
-  from configs import default  # pylint: disable=import-outside-toplevel
   config = default.get_config()
   config.task = "reverse_string"
   config.model.pe = "randomized_relative"
@@ -41,8 +49,6 @@ def _program_batches(task, config) -> dict:
   Exact lengths (max_programs 0): one per length; buckets: one per bucket shape
   (experiments.training.data.training_shapes), built as training builds them.
   """
-  from experiments.training import data  # pylint: disable=import-outside-toplevel
-  import jax  # pylint: disable=import-outside-toplevel
   t = config.training
   shapes = data.training_shapes(task, config)
   batches = {}
@@ -66,11 +72,6 @@ def _bucket_compile_and_speed(task, programs, steps_per_setting: int, round_step
                               max_train_length: int, quick: bool) -> dict:
   """Programs, compile seconds and steps/s per max_programs setting of `programs` (one
   process), `steps_per_setting` steps each in rounds of `round_steps`."""
-  import jax  # pylint: disable=import-outside-toplevel
-
-  from experiments.training import data  # pylint: disable=import-outside-toplevel
-  from experiments.training import steps  # pylint: disable=import-outside-toplevel
-
   settings = [int(v) for v in programs]
   runs = {}
   print(f"compile (load {timing.load()}):\n")
@@ -160,10 +161,7 @@ def cache_child(max_programs: int, max_train_length: int, quick: bool) -> None:
   environment (RANDOMIZED_PE_COMPILATION_CACHE): the trainer (its init program) and every
   training program. Prints one JSON line."""
   start = time.perf_counter()
-  from experiments.training import compile_cache  # pylint: disable=import-outside-toplevel
   compile_cache.enable("")
-  import tasks  # pylint: disable=import-outside-toplevel
-  from experiments.training import steps  # pylint: disable=import-outside-toplevel
   task = tasks.get("reverse_string")
   config = _bucket_config(max_programs, max_train_length, quick)
   compile_start = time.perf_counter()
@@ -182,8 +180,6 @@ def _child_flags(max_train_length: int, quick: bool) -> list:
 
 def _run(command, env, log_path, timeout=3600) -> tuple:
   """Runs `command` (stdout and stderr to log_path); (wall seconds, stdout text)."""
-  import subprocess  # pylint: disable=import-outside-toplevel
-  import sys  # pylint: disable=import-outside-toplevel
   start = time.perf_counter()
   with open(log_path, "w") as log:
     done = subprocess.run([sys.executable, *command], env=env, stdout=log,
@@ -201,7 +197,6 @@ def _run(command, env, log_path, timeout=3600) -> tuple:
 def _bucket_cache(scratch: str, cache_programs, max_train_length: int, quick: bool) -> dict:
   """Cold start vs warm start (the same config again) of each max_programs setting of
   `cache_programs`, each setting with its own fresh cache folder, in subprocesses."""
-  from experiments.training import compile_cache  # pylint: disable=import-outside-toplevel
   results = {}
   print("\nthe same config started twice, its own fresh cache folder (subprocesses; the "
         "compile phase: trainer and every training program):\n")
@@ -241,7 +236,6 @@ def _bucket_demo(scratch: str, demo_configs, demo_args, quick: bool) -> dict:
   """`python -m experiments.train --config=<demo>` in a fresh workdir with a fresh cache
   folder (cold), then again in another fresh workdir with that folder (warm), for each
   of `demo_configs`, with the extra flags `demo_args` (without the leading --)."""
-  from experiments.training import compile_cache  # pylint: disable=import-outside-toplevel
   extra = [f"--{a}" for a in demo_args]
   if quick:
     extra += ["--config.training.steps=20", "--config.evaluation.max_length=12"]
@@ -277,12 +271,6 @@ def bench_buckets(*, scratch: str | None, parts, max_train_length: int, quick: b
   docstring; the arguments are its flags --scratch, --bucket_parts, --max_train_length,
   --quick, --bucket_programs, --bucket_steps, --bucket_round, --cache_programs,
   --demo_configs, --demo_args). `scratch`: None for a new temporary folder."""
-  import tempfile  # pylint: disable=import-outside-toplevel
-
-  import jax  # pylint: disable=import-outside-toplevel
-
-  import tasks  # pylint: disable=import-outside-toplevel
-
   task = tasks.get("reverse_string")
   config = _bucket_config(0, max_train_length, quick)
   m, t = config.model, config.training

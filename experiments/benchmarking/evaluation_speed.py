@@ -3,7 +3,10 @@ max_logits) of lengths 41..100, today's code beside a previous commit's, each in
 process (processes.compare_evaluation), and whether their accuracies are identical
 (issue 27, item 6)."""
 
+import contextlib
 import os
+import sys
+import tempfile
 
 from experiments.benchmarking import processes
 from experiments.benchmarking import timing
@@ -15,10 +18,6 @@ def bench_eval(*, lengths, scratch: str | None, baseline_commit: str | None,
   today's code beside `baseline_commit`, `rounds` alternating rounds (the first compiles;
   experiments/benchmark.py's docstring). `scratch`: the folder of the subprocesses' logs
   (None: a new temporary folder)."""
-  import contextlib  # pylint: disable=import-outside-toplevel
-  import sys  # pylint: disable=import-outside-toplevel
-  import tempfile  # pylint: disable=import-outside-toplevel
-
   low, high = (int(x) for x in lengths)
   scratch = scratch or tempfile.mkdtemp(prefix="randomized_pe_benchmark_")
   os.makedirs(scratch, exist_ok=True)

@@ -6,6 +6,9 @@ seeds in one program."""
 
 import gc
 
+import jax
+
+from configs import latin_square
 from experiments.benchmarking import throughput
 from experiments.benchmarking import timing
 
@@ -49,10 +52,6 @@ def bench_ito(*, grid_sizes, model_steps: int, profile_steps: int,
   `grid_sizes`, each timed over `model_steps` model steps (at least 2 grid steps),
   `profile_steps` steps profiled (0: none), the profiles under `scratch` (None: a
   temporary folder)."""
-  import jax  # pylint: disable=import-outside-toplevel
-
-  from configs import latin_square  # pylint: disable=import-outside-toplevel
-
   results = {"device": jax.devices()[0].device_kind, "load_start": timing.load(),
              "config": ITO_CONFIG, "matmul": throughput.matmul_throughput()}
   peak = results["matmul"]["gflops_best"]

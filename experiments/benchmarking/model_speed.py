@@ -4,19 +4,22 @@ cache-sized chunks."""
 
 import time
 
+import jax
+import jax.numpy as jnp
+
+from configs import default
 from experiments.benchmarking import timing
+from experiments.training import data
+from experiments.training import steps
+from randomized_pe import attention
+from randomized_pe import encodings
+from randomized_pe import samplers
+import tasks
 
 def bench_grid(length: int, steps_per_setting: int) -> dict:
   """Model-steps per second of a 10-seed x 3-rate grid against one model at training
   length `length`, each timed over `steps_per_setting` model steps (at least 2 grid
   steps)."""
-  import jax  # pylint: disable=import-outside-toplevel
-
-  import tasks  # pylint: disable=import-outside-toplevel
-  from configs import default  # pylint: disable=import-outside-toplevel
-  from experiments.training import data  # pylint: disable=import-outside-toplevel
-  from experiments.training import steps  # pylint: disable=import-outside-toplevel
-
   task = tasks.get("reverse_string")
   results = {"device": jax.devices()[0].device_kind, "length": length}
   print(f"device: {jax.device_count()} x {jax.devices()[0].device_kind}; reverse_string, "
@@ -50,13 +53,6 @@ def bench_grid(length: int, steps_per_setting: int) -> dict:
 
 def bench_attention(repeats: int) -> dict:
   """Attention forward + backward of one layer of the paper model: whole batch vs chunks."""
-  import jax  # pylint: disable=import-outside-toplevel
-  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
-
-  from randomized_pe import attention  # pylint: disable=import-outside-toplevel
-  from randomized_pe import encodings  # pylint: disable=import-outside-toplevel
-  from randomized_pe import samplers  # pylint: disable=import-outside-toplevel
-
   batch, heads, head_size = 128, 8, 8
   results = {}
   print("batch 128, 8 heads of 8; ms per forward + backward (median); one device\n")

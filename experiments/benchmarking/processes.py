@@ -6,8 +6,14 @@ compare_evaluation time them side by side in alternating rounds."""
 
 import json
 import os
+import shutil
+import subprocess
+import tempfile
+
+import numpy as np
 
 from experiments.benchmarking import timing
+from experiments.training import runtime
 
 # The checkout whose code is "today's" (experiments/benchmarking/ is two folders down).
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -18,7 +24,6 @@ def malloc_environment(tuned: bool, environ=None) -> dict | None:
   """The environment of a timed subprocess with glibc's huge-page malloc on (`tuned`) or
   off (experiments/training/runtime.py); None when it does not apply on this machine. The
   subprocesses get it explicitly (GLIBC_TUNABLES), whatever this process runs with."""
-  from experiments.training import runtime  # pylint: disable=import-outside-toplevel
   env = dict(os.environ if environ is None else environ)
   items = [i for i in env.get("GLIBC_TUNABLES", "").split(":")
            if i and i.split("=", 1)[0] != runtime.TUNABLE]
@@ -41,8 +46,6 @@ class baseline_worktree:  # pylint: disable=invalid-name
     self.rev, self.repo = rev, repo
 
   def __enter__(self):
-    import subprocess  # pylint: disable=import-outside-toplevel
-    import tempfile  # pylint: disable=import-outside-toplevel
     self.folder = tempfile.mkdtemp(prefix="randomized_pe_baseline_")
     self.path = os.path.join(self.folder, "tree")
     done = subprocess.run(["git", "-C", self.repo, "worktree", "add", "--detach", self.path,
@@ -56,8 +59,6 @@ class baseline_worktree:  # pylint: disable=invalid-name
     return self.path, commit
 
   def __exit__(self, *exc):
-    import shutil  # pylint: disable=import-outside-toplevel
-    import subprocess  # pylint: disable=import-outside-toplevel
     subprocess.run(["git", "-C", self.repo, "worktree", "remove", "--force", self.path],
                    capture_output=True, check=False)
     subprocess.run(["git", "-C", self.repo, "worktree", "prune"], capture_output=True,
@@ -72,8 +73,6 @@ class TrainWorker:
   only): compiles one program per length, then times rounds of steps on request."""
 
   def __init__(self, label: str, python: str, spec: dict, env: dict, scratch: str):
-    import shutil  # pylint: disable=import-outside-toplevel
-    import subprocess  # pylint: disable=import-outside-toplevel
     self.label, self.ready, self.error = label, None, None
     driver = os.path.join(scratch, "train_driver.py")
     if not os.path.exists(driver):
@@ -141,7 +140,6 @@ def compare_training(participants, pe: str, compat: str, lengths, steps: int,
   "round_seconds", "gflops" (from the programs' cost analysis), "flops_per_step", ...}
   or {"error": ...}, "lengths": ..., "steps": ...}.
   """
-  import numpy as np  # pylint: disable=import-outside-toplevel
   lengths = [int(n) for n in lengths]
   workers, results = [], {}
   spec = {"pe": pe, "compat": compat, "batch": batch, "lengths": lengths,

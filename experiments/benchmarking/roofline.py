@@ -7,8 +7,16 @@ import json
 import os
 import time
 
+import jax
+import numpy as np
+
+from configs import default
 from experiments.benchmarking import processes
 from experiments.benchmarking import timing
+from experiments.training import data
+from experiments.training import evaluation
+from experiments.training import steps
+import tasks
 
 # Public peak figures (dense, no sparsity), from the vendors' datasheets:
 #   V100 SXM2: NVIDIA Tesla V100 datasheet (2020): 15.7 TFLOPS FP32, 125 TFLOPS tensor
@@ -79,7 +87,6 @@ def fit_costs(sampled: dict, lengths) -> dict:
   """{length: (FLOPs, bytes)} for `lengths` from a least-squares quadratic in the length
   through the sampled lengths' costs (exact where sampled): a program's work is a
   polynomial of degree 2 in its sequence length (attention) plus linear terms."""
-  import numpy as np  # pylint: disable=import-outside-toplevel
   ns = sorted(sampled)
   out = {}
   for column in (0, 1):
@@ -95,14 +102,6 @@ def paper_program_costs(encoding: str, train_lengths, eval_lengths) -> tuple:
   programs: one model's training step at each of `train_lengths` (batch 128) and the
   evaluation of each of `eval_lengths` (batch 500, sub-batched as evaluation runs it:
   the chunk program's cost times the chunks). Returns ({n: (FLOPs, bytes)}, same)."""
-  import jax  # pylint: disable=import-outside-toplevel
-
-  import tasks  # pylint: disable=import-outside-toplevel
-  from configs import default  # pylint: disable=import-outside-toplevel
-  from experiments.training import data  # pylint: disable=import-outside-toplevel
-  from experiments.training import evaluation  # pylint: disable=import-outside-toplevel
-  from experiments.training import steps  # pylint: disable=import-outside-toplevel
-
   def cost_of(compiled):
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost

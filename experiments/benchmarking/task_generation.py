@@ -1,7 +1,11 @@
 """Section `tasks`: milliseconds per batch of every task's generation at batch 128 x
 length 40 and 500 x 500, beside the release's figures on the same CPU."""
 
+import jax
+import numpy as np
+
 from experiments.benchmarking import timing
+import tasks
 
 # The release's numbers on the same 2-core CPU (measured when issue 3 was worked on),
 # in ms per batch at 128 x 40 and 500 x 500.
@@ -16,11 +20,6 @@ TASK_SHAPES = ((128, 40), (500, 500))
 def bench_tasks(repeats: int) -> dict:
   """Every task's ms per batch at TASK_SHAPES: the median of `repeats` calls (fewer at
   the larger shape), after a warm-up call."""
-  import jax  # pylint: disable=import-outside-toplevel
-  import numpy as np  # pylint: disable=import-outside-toplevel
-
-  import tasks  # pylint: disable=import-outside-toplevel
-
   # Keys are made up front so that the timing is the task's generation alone.
   keys = [np.asarray(jax.random.PRNGKey(i)) for i in range(repeats + 1)]
   results = {}

@@ -4,9 +4,19 @@ achieved fractions are of), and a config's training programs as the loop builds 
 seconds, steps/s, and the share of op time by category from a jax.profiler trace
 (profile_shares)."""
 
+import glob
 import os
+import re
 import statistics
+import tempfile
 import time
+
+import jax
+import jax.numpy as jnp
+from jax.profiler import ProfileData
+
+from experiments.training import data
+from experiments.training import steps
 
 MATMUL_SIZE = 2048
 
@@ -14,9 +24,6 @@ MATMUL_SIZE = 2048
 def matmul_throughput(size: int = MATMUL_SIZE, repeats: int = 10) -> dict:
   """This CPU's float32 jnp.dot of two size x size matrices: the best of `repeats`
   timed calls after a warm-up (2 size^3 FLOPs each)."""
-  import jax  # pylint: disable=import-outside-toplevel
-  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
-
   keys = jax.random.split(jax.random.PRNGKey(0))
   a = jax.random.normal(keys[0], (size, size), jnp.float32)
   b = jax.random.normal(keys[1], (size, size), jnp.float32)
@@ -44,8 +51,6 @@ def _hlo_categories(hlo_text: str) -> dict:
   "reduction" (a fusion with a reduce), "elementwise/other fusion", "copy/transpose",
   "control" (while, call, conditional: their bodies' ops are counted instead), or the
   opcode."""
-  import re  # pylint: disable=import-outside-toplevel
-
   line_re = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*\S.*?\s([a-z][\w\-]*)\(")
   computations, current = {}, None
   instructions = {}
@@ -96,11 +101,6 @@ def profile_shares(run_steps, hlo_text: str, scratch: str, module: str = "grid_s
   `hlo_op`); events are summed per category (`_hlo_categories`); ops that ran in
   parallel on the two cores both count, so shares are of the summed op time. Only the
   events of HLO modules whose name holds `module` count."""
-  import glob  # pylint: disable=import-outside-toplevel
-
-  import jax  # pylint: disable=import-outside-toplevel
-  from jax.profiler import ProfileData  # pylint: disable=import-outside-toplevel
-
   with jax.profiler.trace(scratch):
     run_steps()
   files = sorted(glob.glob(os.path.join(scratch, "**", "*.xplane.pb"), recursive=True),
@@ -137,13 +137,6 @@ def step_figures(config, timed_steps: int, profile_steps: int = 0,
   (cycled; one program per distinct shape among them, so a config of several lengths or
   buckets is timed over its own length mix; FLOPs per step are the mean over the timed
   steps), and (profile_steps > 0) the op shares of the first batch's program."""
-  import tempfile  # pylint: disable=import-outside-toplevel
-
-  import jax  # pylint: disable=import-outside-toplevel
-
-  from experiments.training import data  # pylint: disable=import-outside-toplevel
-  from experiments.training import steps  # pylint: disable=import-outside-toplevel
-
   source = data.source(config)
   trainer = steps.build_trainer(config, source.task, jax.devices()[:1])
   state, seeds, step_fn = trainer.state, trainer.seeds, trainer.step

@@ -2,7 +2,9 @@
 repeated calls, the load averages (the machine is shared) and the CPU's name."""
 
 import os
+import platform
 import statistics
+import subprocess
 import time
 
 
@@ -24,8 +26,6 @@ def load() -> str:
 
 def cpu_name() -> str:
   """lscpu's model name (or platform.processor()) and the logical CPUs."""
-  import platform  # pylint: disable=import-outside-toplevel
-  import subprocess  # pylint: disable=import-outside-toplevel
   name = ""
   try:
     text = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout

@@ -4,13 +4,21 @@ with and without huge-page malloc (part `speed`); and the limit (part `limit`): 
 the compiled step, steps/s and the achieved fraction of this CPU's float32 matmul
 throughput, for the paper model at fixed lengths and the CPU protocol's model."""
 
+import contextlib
 import gc
 import os
 import statistics
+import sys
+import tempfile
 
+import jax
+
+from configs import default
+from configs import scales
 from experiments.benchmarking import processes
 from experiments.benchmarking import throughput
 from experiments.benchmarking import timing
+from experiments.training import steps
 
 
 def bench_train(*, scratch: str | None, parts, encodings, max_train_length: int,
@@ -24,9 +32,6 @@ def bench_train(*, scratch: str | None, parts, encodings, max_train_length: int,
   this CPU's matmul throughput and the achieved fraction (experiments/benchmark.py's
   docstring; the arguments are its flags of the same names). `scratch`: the folder of
   the subprocesses' logs (None: a new temporary folder); `parts`: "speed", "limit"."""
-  import sys  # pylint: disable=import-outside-toplevel
-  import tempfile  # pylint: disable=import-outside-toplevel
-
   folder = scratch or tempfile.mkdtemp(prefix="randomized_pe_benchmark_")
   os.makedirs(folder, exist_ok=True)
   results = {"cpu": timing.cpu_name(), "load_start": timing.load(), "scratch": folder}
@@ -54,7 +59,6 @@ def _train_speed(scratch: str, peak: float, python: str, *, encodings,
                  max_train_length: int, steps: int, round_steps: int, malloc,
                  baseline_commit: str | None, release_path: str | None,
                  release_python: str | None, release_semantics: bool) -> dict:
-  import contextlib  # pylint: disable=import-outside-toplevel
   malloc_modes = [{"on": True, "off": False}[m] for m in malloc]
   lengths = list(range(1, max_train_length + 1))
   out = {}
@@ -125,8 +129,6 @@ def paper_limit_configs(encoding: str = "randomized_relative", lengths=(20, 40))
   model (configs/default.py, batch 128) at each fixed training length, and the CPU
   protocol's (configs/scales.py `apply_cpu`: lengths 1..12 in its 2 programs, batch 128)
   as one model and as its 3-seed grid."""
-  from configs import default  # pylint: disable=import-outside-toplevel
-  from configs import scales  # pylint: disable=import-outside-toplevel
   out = []
   for n in lengths:
     config = default.get_config()
@@ -143,9 +145,6 @@ def paper_limit_configs(encoding: str = "randomized_relative", lengths=(20, 40))
 
 def _train_limit(peak: float, encodings, limit_lengths, limit_steps: int,
                  profile_steps: int, scratch: str | None) -> dict:
-  import jax  # pylint: disable=import-outside-toplevel
-
-  from experiments.training import steps  # pylint: disable=import-outside-toplevel
   out = {}
   lengths = [int(n) for n in limit_lengths]
   print(f"### the limit: FLOPs per step from XLA's cost analysis of the compiled step, "

@@ -44,7 +44,13 @@ import sys
 import zlib
 from typing import Any, Callable, Mapping, Optional
 
+import jax
+from jax.experimental import serialize_executable
+from jax.experimental.compilation_cache import compilation_cache
+
 from experiments.storage import io_utils
+from randomized_pe import registry
+import tasks  # pylint: disable=unused-import  (foreign_components reads its registry)
 
 ENV = "RANDOMIZED_PE_COMPILATION_CACHE"
 OFF = ("0", "off", "false", "no", "none")
@@ -89,7 +95,6 @@ def enable(setting: str = "", min_compile_seconds: float = MIN_COMPILE_SECONDS,
   executables: also keep whole executables of `Program`s (module docstring).
   """
   global _listening, _folder, _executables
-  import jax  # pylint: disable=import-outside-toplevel
 
   if not _listening:
     jax.monitoring.register_event_listener(_count)
@@ -98,7 +103,6 @@ def enable(setting: str = "", min_compile_seconds: float = MIN_COMPILE_SECONDS,
   _folder = folder
   # JAX settles its cache's folder and whether it is used at the first compile of the
   # process; forgetting that makes a second call (tests switching folders) take effect.
-  from jax.experimental.compilation_cache import compilation_cache  # pylint: disable=import-outside-toplevel
   compilation_cache.reset_cache()
   _executables = os.path.join(folder, EXECUTABLES) if folder is not None and executables else None
   if folder is None:
@@ -197,8 +201,6 @@ def _module_of(obj) -> set:
 
 def foreign_components() -> list:
   """Names of registered components whose code lies outside the project's folders."""
-  from randomized_pe import registry  # pylint: disable=import-outside-toplevel
-  import tasks  # pylint: disable=import-outside-toplevel,unused-import  (its registry)
   entries = [(f"{r.what} {name!r}", r.get(name)) for r in registry.all_registries()
              for name in r.names()]
   ours = PROJECT_PACKAGES + ("builtins", "functools", "optax", "jax", "haiku", "numpy")
@@ -211,7 +213,6 @@ def foreign_components() -> list:
 
 
 def _environment() -> dict:
-  import jax  # pylint: disable=import-outside-toplevel
   versions = {}
   for name in _LIBRARIES:
     try:
@@ -258,7 +259,6 @@ class Program:
   """
 
   def __init__(self, fn: Callable, name: str, key: Any = None, donate_argnums=()):
-    import jax  # pylint: disable=import-outside-toplevel
     self._jitted = jax.jit(fn, donate_argnums=donate_argnums)
     self._name = name
     self._key = key
@@ -269,11 +269,9 @@ class Program:
 
   def compile(self, *args):
     """The compiled program for these arguments (loaded, or compiled), without running."""
-    import jax  # pylint: disable=import-outside-toplevel
     return self._compiled_for(*jax.tree_util.tree_flatten(args), args)
 
   def __call__(self, *args):
-    import jax  # pylint: disable=import-outside-toplevel
     leaves, treedef = jax.tree_util.tree_flatten(args)
     if jax.config.jax_disable_jit or any(isinstance(x, jax.core.Tracer) for x in leaves):
       return self._jitted(*args)  # Inside a trace (e.g. jax.eval_shape), or run eagerly.
@@ -296,7 +294,6 @@ class Program:
     return os.path.join(folder, hashlib.sha256(text.encode()).hexdigest() + ".executable")
 
   def _load_or_compile(self, args, signature):
-    from jax.experimental import serialize_executable  # pylint: disable=import-outside-toplevel
     path = self._path(signature)
     if path is not None and os.path.exists(path):
       try:
@@ -322,7 +319,6 @@ class Program:
 
 def _write(path: str, compiled) -> None:
   """Writes an executable atomically (a partly written file is never read)."""
-  from jax.experimental import serialize_executable  # pylint: disable=import-outside-toplevel
   try:
     # Compressed: the paper model's training step is 5 MB raw, under 1 MB compressed.
     blob = zlib.compress(pickle.dumps(serialize_executable.serialize(compiled)), 1)

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 import copy
+import ctypes
 import dataclasses
-import json
+import importlib
+import multiprocessing
 import os
 import re
+import signal
 import sys
 import time
 from typing import Callable
@@ -292,7 +295,6 @@ def run_job(config_dict: dict, workdir: str) -> dict:
     result = loop.train_and_evaluate(config, workdir)
   for module, function, file in outputs:  # From the checkpoints, before they are gone.
     if not os.path.exists(os.path.join(workdir, file)):
-      import importlib  # pylint: disable=import-outside-toplevel
       getattr(importlib.import_module(module), function)(workdir)
   return {"job": job.name,
           "scores": [_model_scores(m) for m in result["models"]]}
@@ -310,9 +312,6 @@ def _error_kind(error: BaseException) -> tuple[str, int]:
 def _stop_with_parent(parent_pid: int) -> None:
   """Asks Linux to send SIGTERM to this process when its parent dies (a killed driver
   must not leave workers training); the worker then saves and stops like on Ctrl-C."""
-  import ctypes  # pylint: disable=import-outside-toplevel
-  import signal  # pylint: disable=import-outside-toplevel
-
   try:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG.
@@ -415,10 +414,6 @@ def _run_workers(jobs, progress, job_fn, workers, max_retries):
   waits until that process lets go. Ctrl-C (or SIGTERM) stops every worker after it
   saved, and raises SweepInterrupted.
   """
-  import multiprocessing  # pylint: disable=import-outside-toplevel
-  import signal  # pylint: disable=import-outside-toplevel
-
-
   context = multiprocessing.get_context("spawn")  # JAX does not survive fork.
   messages = context.SimpleQueue()
   queue = list(jobs)
