@@ -12,13 +12,15 @@ eval.json last and atomically; then the files `sweep.job_outputs` names, JOB_OUT
 experiments/training/jobs.py, made from the job's checkpoints, e.g. the inputs of
 experiments.ito_analysis). Re-running the command skips finished jobs and
 resumes unfinished ones from their checkpoints, so a sweep survives a dead
-worker or a killed driver. Executors:
+worker or a killed driver; --dry_run prints what a run would do with each job
+and changes nothing. Executors:
   local (default): jobs in sequence, or --workers=N processes at once; a worker
       that dies is restarted on its job (up to --max_retries times).
   ray: one Ray task per job on an existing cluster (--ray_address) or a local
       one; Ray retries a task whose worker died. Needs `pip install -e .[cluster]`;
       on a multi-machine cluster SWEEP_DIR must be on a shared filesystem.
 """
+import collections
 import os
 import sys
 
@@ -37,6 +39,14 @@ def main(argv):
              "use e.g. --config=configs/table1.py")
   try:
     cli.check_shadowed(config, sys.argv)
+    if _DRY_RUN.value:
+      planned = jobs.plan(config, _SWEEP_DIR.value, rerun_changed=_RERUN_CHANGED.value)
+      for job, action, detail in planned:
+        print(f"{action:<11} {job.name}: {detail}")
+      counts = collections.Counter(action for _, action, _ in planned)
+      print(f"[sweep] dry run, nothing trained or written: {len(planned)} jobs, "
+            + ", ".join(f"{n} {a}" for a, n in counts.items()))
+      return
     progress = jobs.run_sweep(config, _SWEEP_DIR.value, _EXECUTOR.value, _WORKERS.value,
                          _RAY_ADDRESS.value, _GPUS.value, _RETRIES.value,
                          rerun_changed=_RERUN_CHANGED.value,
@@ -75,6 +85,10 @@ if __name__ == "__main__":
   _RERUN_CHANGED = flags.DEFINE_boolean(
       "rerun_changed", False, "Move aside the folders of jobs whose settings changed "
       "(to FOLDER.replaced-TIME) and run those jobs again.")
+  _DRY_RUN = flags.DEFINE_boolean(
+      "dry_run", False, "Print what the sweep would do with each job (skip a finished one, "
+      "resume one from its checkpoints, start one, refuse a folder of other settings) and "
+      "exit without training or writing anything.")
   _COMMIT_RESULTS = flags.DEFINE_boolean(
       "commit_results", False, "Commit each finished job's small files (config.json, "
       "eval.json, metrics.jsonl, its job outputs; never checkpoints) to the git repository "

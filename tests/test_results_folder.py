@@ -6,15 +6,19 @@ import glob
 import importlib
 import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 
 from configs import table1
 from experiments.analysis import tables as report
 from experiments.training import jobs as sweep
+from tests.test_training import ENV
 from tests.test_training import tiny_config
 
-RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "results")
 # results/<folder> -> the sweep config that made it and its config arguments (the folder
 # the README's commands name).
 COMMITTED = {"cpu_study": ("configs.cpu_study", ("A", "B")),
@@ -84,6 +88,61 @@ def test_a_job_whose_settings_differ_from_its_files_is_not_skipped(tmp_path):
   calls = []
   sweep.run_sweep(longer, sweep_dir, job_fn=lambda c, w: calls.append(w))
   assert len(calls) == 2
+
+
+def test_the_plan_says_what_a_run_would_do_and_writes_nothing(tmp_path):
+  config = _config()
+  sweep_dir = str(tmp_path / "exp")
+  assert [(j.name, a) for j, a, _ in sweep.plan(config, sweep_dir)] == [
+      ("reverse_string/relative", "start"), ("reverse_string/randomized_relative", "start")]
+  assert not os.path.exists(sweep_dir)  # Nothing written.
+  stopped = _config()
+  stopped.training.steps = 2  # Checkpoints at step 2 (checkpoint_every 2), eval.json too.
+  sweep.run_sweep(stopped, sweep_dir)
+  planned = sweep.plan(config, sweep_dir)
+  assert [a for _, a, _ in planned] == ["resume", "resume"]
+  assert all(d == "from its checkpoint at step 2 of 4" for _, _, d in planned), planned
+  sweep.run_sweep(config, sweep_dir)
+  _as_committed(sweep_dir)
+  assert [a for _, a, _ in sweep.plan(config, sweep_dir)] == ["skip", "skip"]
+  changed = _config()
+  changed.training.learning_rate = 3e-3
+  changed.grid.learning_rates = ()
+  refused = sweep.plan(changed, sweep_dir)
+  assert [a for _, a, _ in refused] == ["refuse", "refuse"]
+  assert "training.learning_rate" in refused[0][2] and "--rerun_changed" in refused[0][2]
+  assert [a for _, a, _ in sweep.plan(changed, sweep_dir, rerun_changed=True)] == [
+      "start again"] * 2
+  # A stopped run of other settings (no eval.json) is refused too, not shown as resumable.
+  os.remove(os.path.join(sweep_dir, "reverse_string", "relative", "eval.json"))
+  assert [a for _, a, _ in sweep.plan(changed, sweep_dir)] == ["refuse", "refuse"]
+  longer = _config()
+  longer.training.steps = 6  # No checkpoints left (committed files): from step 0.
+  assert [(a, d) for _, a, d in sweep.plan(longer, sweep_dir)][1] == (
+      "start", "eval.json is for step 4, the config says 6")
+
+
+def test_sweep_command_line_dry_run_lists_jobs_and_writes_nothing(tmp_path):
+  sweep_dir = tmp_path / "exp"
+  args = [sys.executable, "-m", "experiments.sweep", "--config=configs/table1.py:scale=small",
+          "--config.sweep.tasks=('reverse_string',)",
+          "--config.sweep.encodings=('relative','randomized_rope')",
+          f"--sweep_dir={sweep_dir}", "--dry_run"]
+  out = subprocess.run(args, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300,
+                       check=False)
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert out.stdout.splitlines() == [
+      "start       reverse_string/relative: nothing trained yet",
+      "start       reverse_string/randomized_rope: nothing trained yet",
+      "[sweep] dry run, nothing trained or written: 2 jobs, 2 start"]
+  assert not sweep_dir.exists()
+  bad = subprocess.run(args[:-2] + [f"--sweep_dir={sweep_dir}", "--dry_run",
+                                    "--config.sweep.encodings=('rotary',)"],
+                       cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300,
+                       check=False)
+  assert bad.returncode == 2 and "rotary" in bad.stderr and "Traceback" not in bad.stderr
+  assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+  assert not sweep_dir.exists()
 
 
 @pytest.mark.parametrize("folder", sorted(COMMITTED))

@@ -10,6 +10,7 @@ import copy
 import ctypes
 import dataclasses
 import importlib
+import json
 import multiprocessing
 import os
 import re
@@ -242,6 +243,9 @@ def job_status(job: Job) -> tuple[bool, str | None]:
   return finished, why
 
 
+_CHANGED = "its folder holds a run with other settings"
+
+
 def _trained_status(job: Job) -> tuple[bool, str | None]:
   """job_status without `sweep.job_outputs`."""
 
@@ -255,8 +259,7 @@ def _trained_status(job: Job) -> tuple[bool, str | None]:
     return False, f"{e}; evaluating it again"
   changed = workdir_lib.identity_differences(stored, job.config)
   if changed:
-    return False, ("its folder holds a run with other settings ("
-                   + workdir_lib.describe_differences(changed) + ")")
+    return False, f"{_CHANGED} ({workdir_lib.describe_differences(changed)})"
   changed = workdir_lib.evaluation_differences(stored, job.config)
   if changed:
     return False, ("evaluation settings changed ("
@@ -499,6 +502,61 @@ def _run_ray(jobs, progress, job_fn, ray_address, gpus_per_job, max_retries):
       progress.finish(job, f"{type(e).__name__}: {str(e).splitlines()[0]}")
 
 
+def _trained_to(workdir: str) -> int | None:
+  """The last step metrics.jsonl records (None without one): how far a stopped job got."""
+  step = None
+  try:
+    with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
+      for line in f:
+        try:
+          step = int(json.loads(line).get("step", step))
+        except (ValueError, TypeError, AttributeError):
+          continue  # A torn last line of a killed run.
+  except OSError:
+    return None
+  return step
+
+
+def plan(config: ml_collections.ConfigDict, sweep_dir: str,
+         rerun_changed: bool = False) -> list[tuple[Job, str, str]]:
+  """What running the sweep would do with each job, without doing it or writing
+  anything: (job, action, detail), action one of "skip" (finished), "resume" (from its
+  checkpoints), "start" (no checkpoint: from step 0), "refuse" (its folder holds a run
+  with other settings; "start again" with rerun_changed). ValueError for bad settings,
+  as run_sweep."""
+  planned = []
+  for job in make_jobs(config, sweep_dir):
+    finished, why = job_status(job)
+    if not finished and why is None:  # A stopped run (no eval.json): its config too.
+      try:
+        stored = workdir_lib.stored_config(job.workdir) or job.config
+      except io_utils.CorruptFileError as e:
+        planned.append((job, "refuse", str(e)))
+        continue
+      changed = workdir_lib.identity_differences(stored, job.config)
+      if changed:
+        why = f"{_CHANGED} ({workdir_lib.describe_differences(changed)})"
+    steps = job.config["training"]["steps"]
+    trained = _trained_to(job.workdir)
+    if finished:
+      action, detail = "skip", f"finished ({steps} steps)"
+    elif why and why.startswith(_CHANGED):
+      action = "start again" if rerun_changed else "refuse"
+      detail = why + ("" if rerun_changed else "; --rerun_changed moves it aside")
+    elif _has_checkpoints(job.workdir):
+      saved = [int(n) for n in os.listdir(os.path.join(job.workdir, "checkpoints"))
+               if n.isdigit()]
+      action = "resume"
+      detail = (f"from its checkpoint at step {max(saved)} of {steps}" if saved
+                else why or "from its checkpoints")
+    else:
+      action = "start"
+      detail = why or ("nothing trained yet" if trained is None else
+                       f"no checkpoint (metrics reach step {trained}): from step 0")
+    planned.append((job, action, detail))
+  return planned
+
+
 def run_sweep(config: ml_collections.ConfigDict, sweep_dir: str, executor: str = "local",
               workers: int = 1, ray_address: str | None = None, gpus_per_job: float = 0.0,
               max_retries: int = 3, job_fn: Callable = run_job,
@@ -542,7 +600,7 @@ def run_sweep(config: ml_collections.ConfigDict, sweep_dir: str, executor: str =
         f"{len(variants(config.sweep))} {kind}), {len(jobs) - len(todo)} already finished; "
         f"executor {executor}", flush=True)
   for job, why in notes:
-    changed = why.startswith("its folder holds a run with other settings")
+    changed = why.startswith(_CHANGED)
     hint = ("; pass --rerun_changed to move it aside and run the job again"
             if changed and not rerun_changed else "")
     print(f"[sweep] {job.name} not finished: {why}{hint}", flush=True)
