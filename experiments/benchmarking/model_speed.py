@@ -16,6 +16,7 @@ from randomized_pe import encodings
 from randomized_pe import samplers
 import tasks
 
+
 def bench_grid(length: int, steps_per_setting: int) -> dict:
   """Model-steps per second of a 10-seed x 3-rate grid against one model at training
   length `length`, each timed over `steps_per_setting` model steps (at least 2 grid
