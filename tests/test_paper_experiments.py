@@ -270,3 +270,20 @@ def test_table5_report(tmp_path):
   ref = paper["table5_geometric_attention"]["reverse_string"]
   assert rows[2][1:3] == [f"– ({ref['max']:.1f})",
                           f"– ({ref['mean']:.1f} ± {ref['std']:.1f})"]
+
+
+def test_a_task_figure_without_finished_jobs_says_so_without_warnings(tmp_path):
+  import warnings  # pylint: disable=import-outside-toplevel
+
+  import matplotlib.image  # pylint: disable=import-outside-toplevel
+
+  result = {"models": [{"scores": {"unseen": 0.5}, "accuracy": [1.0, 0.5]}],
+            "lengths": [1, 2], "training_lengths": [1, 1]}
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")  # matplotlib warned of an empty legend before.
+    report.plot_task("reverse_string", {}, ["relative"], str(tmp_path / "empty.png"))
+    report.plot_task("reverse_string", {("reverse_string", "relative"): result},
+                     ["relative", "randomized_relative"], str(tmp_path / "one.png"))
+  empty = matplotlib.image.imread(str(tmp_path / "empty.png"))
+  one = matplotlib.image.imread(str(tmp_path / "one.png"))
+  assert empty.shape == one.shape and not np.array_equal(empty, one)

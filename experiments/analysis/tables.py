@@ -206,8 +206,11 @@ def plot_task(task: str, results: dict, encodings, path: str) -> None:
   if training_range:
     ax.axvspan(training_range[0], training_range[1], color="grey", alpha=0.15,
                label="training lengths")
+    ax.legend(fontsize=7, loc="lower left")
+  else:  # No job of this task has finished yet: say so rather than draw empty axes.
+    ax.text(0.5, 0.5, "no finished job yet", transform=ax.transAxes, ha="center",
+            va="center", color="grey")
   ax.set(xlabel="sequence length", ylabel="accuracy (%)", title=task, ylim=(0, 102))
-  ax.legend(fontsize=7, loc="lower left")
   _save(plt, fig, path)
 
 
