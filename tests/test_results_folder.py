@@ -8,11 +8,13 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 
 import pytest
 
 from configs import table1
 from experiments.analysis import tables as report
+from experiments.storage import results_git
 from experiments.training import jobs as sweep
 from tests.test_training import ENV
 from tests.test_training import tiny_config
@@ -122,6 +124,48 @@ def test_the_plan_says_what_a_run_would_do_and_writes_nothing(tmp_path):
       "start", "eval.json is for step 4, the config says 6")
 
 
+def _small_files(folder, text):
+  os.makedirs(folder)
+  for name in SMALL_FILES:
+    with open(os.path.join(folder, name), "w") as f:
+      f.write(text)
+
+
+def test_a_held_git_lock_is_waited_for_and_a_failed_commit_caught_up(tmp_path, monkeypatch,
+                                                                      capsys):
+  repo = tmp_path / "repo"
+  repo.mkdir()
+  _git(repo, "init", "-q")
+  for key, value in (("GIT_AUTHOR_NAME", "t"), ("GIT_AUTHOR_EMAIL", "t@t"),
+                     ("GIT_COMMITTER_NAME", "t"), ("GIT_COMMITTER_EMAIL", "t@t")):
+    monkeypatch.setenv(key, value)
+  _git(repo, "commit", "-q", "--allow-empty", "-m", "start")
+  lock = repo / ".git" / "index.lock"
+  monkeypatch.setattr(results_git, "LOCK_WAIT", 0.1)
+  # Someone's git command holds the lock for a moment: the commit waits for it.
+  _small_files(repo / "a", "a\n")
+  lock.write_text("")
+  threading.Timer(0.5, lock.unlink).start()
+  assert results_git.commit_job(str(repo / "a"), "task/a")
+  assert not lock.exists() and "results: task/a finished" in _git(repo, "log", "-1")
+  # A lock that stays: one warning, and the next finished job's call commits both.
+  monkeypatch.setattr(results_git, "LOCK_TRIES", 2)
+  committer = results_git.Committer()
+  _small_files(repo / "b", "b\n")
+  lock.write_text("")
+  committer(str(repo / "b"), "task/b")
+  assert "could not commit the results of task/b" in capsys.readouterr().out
+  assert len(committer.pending) == 1
+  lock.unlink()
+  _small_files(repo / "c", "c\n")
+  committer(str(repo / "c"), "task/c")
+  assert committer.pending == []
+  log = _git(repo, "log", "--format=%s")
+  assert "results: task/b finished" in log and "results: task/c finished" in log
+  assert _git(repo, "status", "--porcelain") == ""
+  assert results_git.commit_job(str(repo / "c"), "task/c") == ""  # Nothing new.
+
+
 def test_sweep_command_line_dry_run_lists_jobs_and_writes_nothing(tmp_path):
   sweep_dir = tmp_path / "exp"
   args = [sys.executable, "-m", "experiments.sweep", "--config=configs/table1.py:scale=small",
@@ -164,7 +208,6 @@ def test_committed_results_match_the_config_that_made_them(folder):
 
 
 def _git(repo, *args):
-  import subprocess  # pylint: disable=import-outside-toplevel
   return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo,
                         capture_output=True, text=True, check=True).stdout
 

@@ -5,14 +5,16 @@ any fresh clone (issue 25; `experiments.sweep --commit_results`).
 A job's small files: config.json, eval.json, metrics.jsonl and the files its
 `sweep.job_outputs` name (experiments/training/jobs.py). Checkpoints, event files and logs are
 never committed (the repository's .gitignore also keeps them out of results/). The
-commit holds those files only (`git commit --only`), whatever else is staged, and a
-failure (no repository, a lock held by another git command) is one warning line: the
-sweep goes on, and the next finished job or `git add` by hand catches up.
+commit holds those files only (`git commit --only`), whatever else is staged. A lock
+held by another git command (someone committing in the same checkout) is waited for, a
+few seconds; any other failure (no repository, a lock that stays) is one warning line and
+the sweep goes on: `Committer` tries that job's files again when the next job finishes.
 """
 from __future__ import annotations
 
 import os
 import subprocess
+import time
 
 SMALL_FILES = ("config.json", "eval.json", "metrics.jsonl")
 
@@ -23,16 +25,29 @@ def job_files(workdir: str, outputs=()) -> list[str]:
           if os.path.isfile(os.path.join(workdir, name))]
 
 
+# A lock held by another git command is waited for this long (LOCK_TRIES x LOCK_WAIT s).
+LOCK_TRIES = 10
+LOCK_WAIT = 1.0
+
+
 def _git(args, cwd) -> subprocess.CompletedProcess:
-  return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
+  """git ARGS in `cwd`; while another git command holds the repository's lock (its
+  index.lock), tries again for up to LOCK_TRIES x LOCK_WAIT seconds."""
+  for attempt in range(LOCK_TRIES):
+    done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
+                          check=False)
+    if done.returncode == 0 or ".lock" not in done.stderr or attempt == LOCK_TRIES - 1:
+      return done
+    time.sleep(LOCK_WAIT)
+  return done
 
 
 def commit_job(workdir: str, name: str, outputs=()) -> str | None:
-  """Commits the job's small files; returns the commit's hash, or None when there was
-  nothing new to commit or git failed (then one warning line on stdout)."""
+  """Commits the job's small files; returns the commit's hash, "" when there was nothing
+  new to commit, or None when git failed (then one warning line on stdout)."""
   files = job_files(workdir, outputs)
   if not files:
-    return None
+    return ""
   top = _git(["rev-parse", "--show-toplevel"], workdir)
   if top.returncode != 0:
     print(f"[sweep] warning: not committing {name}: {workdir} is not in a git repository",
@@ -41,7 +56,7 @@ def commit_job(workdir: str, name: str, outputs=()) -> str | None:
   root = top.stdout.strip()
   paths = [os.path.relpath(os.path.realpath(f), os.path.realpath(root)) for f in files]
   if not _git(["status", "--porcelain", "--", *paths], root).stdout.strip():
-    return None  # Committed already.
+    return ""  # Committed already.
   for step in (["add", "--", *paths],
                ["commit", "-q", "--only", "-m", f"results: {name} finished "
                 f"({', '.join(os.path.basename(p) for p in paths)})", "--", *paths]):
@@ -49,8 +64,21 @@ def commit_job(workdir: str, name: str, outputs=()) -> str | None:
     if done.returncode != 0:
       why = (done.stderr or done.stdout).strip().splitlines()
       print(f"[sweep] warning: could not commit the results of {name}: git {step[0]}: "
-            f"{why[-1] if why else done.returncode}", flush=True)
+            f"{why[-1] if why else done.returncode}; trying again when the next job "
+            "finishes", flush=True)
       return None
   commit = _git(["rev-parse", "--short", "HEAD"], root).stdout.strip()
   print(f"[sweep] committed the results of {name} ({commit})", flush=True)
   return commit
+
+
+class Committer:
+  """Commits each finished job's small files (`commit_job`), and with every call those of
+  earlier jobs whose commit failed, so that a failure is caught up by the next job."""
+
+  def __init__(self):
+    self.pending = []  # (workdir, name, outputs) of jobs whose commit failed.
+
+  def __call__(self, workdir: str, name: str, outputs=()) -> None:
+    self.pending.append((workdir, name, tuple(outputs)))
+    self.pending = [job for job in self.pending if commit_job(*job) is None]

@@ -592,7 +592,8 @@ def run_sweep(config: ml_collections.ConfigDict, sweep_dir: str, executor: str =
       notes.append((job, why))
   on_finished = None
   if commit_results:  # Each finished job's small files, committed as it finishes.
-    on_finished = lambda job: results_git.commit_job(  # pylint: disable=unnecessary-lambda-assignment
+    committer = results_git.Committer()
+    on_finished = lambda job: committer(  # pylint: disable=unnecessary-lambda-assignment
         job.workdir, job.name, [file for _, _, file in _job_outputs(job.config)])
   progress = Progress(len(jobs), len(jobs) - len(todo), workers, on_finished)
   kind = "variants" if config.sweep.get("variants", None) else "encodings"
