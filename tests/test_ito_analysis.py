@@ -60,6 +60,24 @@ def test_attention_cosine_and_jensen_shannon_of_two_tiny_maps():
   assert other == pytest.approx([0.0, 0.0])
 
 
+def test_puzzle_mean_cosine_ignores_which_puzzle_a_map_belongs_to():
+  rng = np.random.default_rng(0)
+  a, b = rng.random((2, 2, 3, 4, 4))  # [layers, puzzles, T, T]
+  a /= a.sum(-1, keepdims=True)
+  b /= b.sum(-1, keepdims=True)
+  means = a.mean(axis=1).ravel(), b.mean(axis=1).ravel()
+  oracle = means[0] @ means[1] / np.linalg.norm(means[0]) / np.linalg.norm(means[1])
+  assert ia.attention_cosine_puzzle_mean(a, b) == pytest.approx(oracle, abs=1e-12)
+  shuffled = a[:, [2, 0, 1]]  # The same maps given to other puzzles.
+  assert ia.attention_cosine_puzzle_mean(shuffled, b) == pytest.approx(oracle, abs=1e-12)
+  assert ia.attention_cosine(shuffled, b) != pytest.approx(ia.attention_cosine(a, b))
+  # Maps that disagree on every puzzle but share their average: 0 flat, 1 averaged.
+  first, second = np.eye(2)[[0]][None], np.eye(2)[[1]][None]  # [1 puzzle, 1 row, 2 keys]
+  a, b = np.concatenate([first, second]), np.concatenate([second, first])
+  assert ia.attention_cosine(a, b) == pytest.approx(0.0)
+  assert ia.attention_cosine_puzzle_mean(a, b) == pytest.approx(1.0)
+
+
 def test_procrustes_of_a_rotation_and_of_a_known_pair():
   rng = np.random.default_rng(0)
   matrix = rng.normal(size=(16, 8))
@@ -385,6 +403,7 @@ def test_analysis_entry_point_end_to_end(tmp_path):
     assert run["noise"]["accuracy"][0]["per_seed"] == clean
     assert run["noise"]["sds"] == [0.0, 0.5]
     assert 0 < run["attention_cosine"]["mean"] <= 1 + 1e-9
+    assert 0 < run["attention_cosine_puzzle_mean"]["mean"] <= 1 + 1e-9
     assert 0 <= run["attention_js"]["mean"] <= 1
     assert run["human"]["cosine"] > 0 and len(run["human"]["model_accuracy_per_puzzle"]) == 108
     assert run["epoch"] == pytest.approx(2 / 64) and run["seeds"] == [2235, 6312]
@@ -393,6 +412,9 @@ def test_analysis_entry_point_end_to_end(tmp_path):
     assert run["procrustes_distance"]["mean"] == pytest.approx(math.sqrt(128), rel=0.2)
     assert len(run["procrustes_distance"]["per_layer"][0]) == 1  # One block.
   assert result["sigma_curves"]["adam"]["sigmas"] == [0.2]
+  base = result["uniform_baseline"]  # A uniform map scores below 1, and its JS above 0.
+  assert 0 < base["attention_cosine"] < 1 and 0 < base["attention_cosine_puzzle_mean"] <= 1
+  assert 0 < base["attention_js"] < 1 and "puzzle mean" in out.stdout
   assert result["sigma_curves"]["adam"]["spearman_attention_cosine_vs_accuracy"] is None
   matrix = result["attention_cosine_matrix"]
   assert matrix["labels"] == ["learn-0.2", other]

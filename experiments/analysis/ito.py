@@ -53,6 +53,16 @@ def attention_cosine(a, b) -> float:
                                      np.ravel(b).astype(np.float64)))
 
 
+def attention_cosine_puzzle_mean(a, b) -> float:
+  """Cosine of two models' attention maps [..., puzzles, T, T] averaged over the puzzles
+  first: another reading of the paper's unstated metric (its Fig. 3 shows maps averaged
+  over puzzles); it credits a shared average pattern even where the per-puzzle maps
+  differ."""
+
+  return attention_cosine(np.mean(np.asarray(a, np.float64), axis=-3),
+                          np.mean(np.asarray(b, np.float64), axis=-3))
+
+
 def attention_js(a, b) -> float:
   """Mean Jensen-Shannon divergence (base 2, in [0, 1]) between the rows of two attention
   maps [..., T] (each row a distribution over the keys): scipy's distance, squared."""
@@ -658,7 +668,9 @@ def analyse(runs: Sequence[RunInfo], reference: str = REFERENCE, noise_sds=NOISE
             name: summary(m.correct[:, m.groups == c].mean(axis=1), keep)
             for c, name in enumerate(m.group_names)},
     }
-    for key, metric in (("attention_cosine", attention_cosine), ("attention_js", attention_js)):
+    for key, metric in (("attention_cosine", attention_cosine),
+                        ("attention_cosine_puzzle_mean", attention_cosine_puzzle_mean),
+                        ("attention_js", attention_js)):
       if ref is None or ref.maps.shape[1:] != m.maps.shape[1:]:
         record[key] = None
         continue
@@ -697,11 +709,21 @@ def analyse(runs: Sequence[RunInfo], reference: str = REFERENCE, noise_sds=NOISE
       "runs": out_runs,
       "sigma_curves": sigma_curves(out_runs),
       "attention_cosine_matrix": _cosine_matrix(models),
+      # What a map that attends to every token alike scores against the reference: the
+      # floor a position-blind model reaches on each reading of the cosine.
+      "uniform_baseline": None if ref is None else {
+          key: float(np.mean([metric(np.full_like(r, 1.0 / r.shape[-1]), r)
+                              for r, k in zip(ref.maps, ref.keep) if k]))
+          for key, metric in (("attention_cosine", attention_cosine),
+                              ("attention_cosine_puzzle_mean", attention_cosine_puzzle_mean),
+                              ("attention_js", attention_js))},
       "methods": {
           "attention": "maps [layers, 108 puzzles, 16, 16], heads averaged; cosine of the "
                        "flattened maps, Jensen-Shannon divergence (base 2) per query row "
                        "averaged; per model the mean over the reference models "
-                       f"(pairing={pairing}), a model not with itself",
+                       f"(pairing={pairing}), a model not with itself; "
+                       "attention_cosine_puzzle_mean: the cosine of the maps averaged over "
+                       "the puzzles first; uniform_baseline: a uniform map's values",
           "procrustes_distance": "||P R - P_2d||_F, R = scipy.linalg.orthogonal_procrustes"
                                  "(P, P_2d), per block, mean over blocks",
           "procrustes_disparity": "scipy.spatial.procrustes(P_2d, P) disparity (centred, "
@@ -736,11 +758,14 @@ def sigma_curves(runs: dict) -> dict:
         "validation_accuracy": accuracy,
         "validation_sd": [r["validation_accuracy"]["sd"] for r in rows],
         "attention_cosine": means("attention_cosine"),
+        "attention_cosine_puzzle_mean": means("attention_cosine_puzzle_mean"),
         "attention_js": means("attention_js"),
         "procrustes_distance": means("procrustes_distance"),
         "procrustes_disparity": means("procrustes_disparity"),
         "noise_mean_over_sds": [r["noise"]["mean_over_sds"]["mean"] for r in rows],
         "spearman_attention_cosine_vs_accuracy": spearman(means("attention_cosine"), accuracy),
+        "spearman_attention_cosine_puzzle_mean_vs_accuracy": spearman(
+            means("attention_cosine_puzzle_mean"), accuracy),
         "spearman_attention_js_vs_accuracy": spearman(means("attention_js"), accuracy),
         "spearman_procrustes_distance_vs_accuracy": spearman(means("procrustes_distance"),
                                                              accuracy),
@@ -754,10 +779,14 @@ def sigma_curves(runs: dict) -> dict:
 # Figures and the printed summary.
 
 
-def _bars(ax, labels, stats, title):
+def _bars(ax, labels, stats, title, baseline=None):
   means = [np.nan if s is None or s["mean"] is None else s["mean"] for s in stats]
   sds = [0.0 if s is None or s["sd"] is None else s["sd"] for s in stats]
   ax.bar(range(len(labels)), means, yerr=sds, capsize=3, color="tab:blue")
+  if baseline is not None:
+    ax.axhline(baseline, color="grey", linestyle="--", linewidth=1)
+    ax.text(len(labels) - 0.5, baseline, "uniform map", color="grey", fontsize=7,
+            ha="right", va="bottom")
   ax.set_xticks(range(len(labels)), labels, rotation=60, ha="right", fontsize=8)
   ax.set_title(title, fontsize=10)
 
@@ -782,11 +811,14 @@ def write_figures(result: dict, models: Sequence[Models], folder: str) -> list[s
 
   width = max(6.0, 0.45 * len(labels) + 2)
   if result["reference"] is not None:
-    fig, axes = plt.subplots(1, 2, figsize=(2 * width, 4))
-    _bars(axes[0], labels, [runs[l]["attention_cosine"] for l in labels],
-          f"attention cosine to {result['reference']}")
-    _bars(axes[1], labels, [runs[l]["attention_js"] for l in labels],
-          f"attention Jensen-Shannon divergence to {result['reference']}")
+    base = result.get("uniform_baseline") or {}
+    fig, axes = plt.subplots(1, 3, figsize=(3 * width, 4))
+    for ax, key, title in (
+        (axes[0], "attention_cosine", "attention cosine"),
+        (axes[1], "attention_cosine_puzzle_mean", "attention cosine, maps averaged over puzzles"),
+        (axes[2], "attention_js", "attention Jensen-Shannon divergence")):
+      _bars(ax, labels, [runs[l][key] for l in labels], f"{title} to {result['reference']}",
+            base.get(key))
     save(fig, "attention_similarity.png")
   matrix = result["attention_cosine_matrix"]
   if matrix["values"] is not None:
@@ -876,19 +908,27 @@ def _cell(stats, digits=3) -> str:
 
 def summary_markdown(result: dict) -> str:
   """One row per run: the headline number of every analysis (mean ± SD over seeds)."""
-  rows = ["| run | seeds | epoch | validation | attention cos | attention JS | Procrustes "
-          "(raw) | Procrustes (std.) | noise, mean over SDs | people: cos / ρ / composite |",
-          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+  rows = ["| run | seeds | epoch | validation | attention cos | attention cos, puzzle mean "
+          "| attention JS | Procrustes (raw) | Procrustes (std.) | noise, mean over SDs | "
+          "people: cos / ρ / composite |",
+          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
   for label, r in result["runs"].items():
     h = r["human"] or {}
     people = " / ".join("–" if h.get(k) is None else f"{h[k]:.3f}"
                         for k in ("cosine", "spearman", "composite"))
     rows.append(f"| {label} | {r['validation_accuracy']['count']} | {r['epoch']:g} | "
                 f"{_cell(r['validation_accuracy'])} | {_cell(r['attention_cosine'])} | "
+                f"{_cell(r['attention_cosine_puzzle_mean'])} | "
                 f"{_cell(r['attention_js'])} | {_cell(r['procrustes_distance'])} | "
                 f"{_cell(r['procrustes_disparity'])} | {_cell(r['noise']['mean_over_sds'])} | "
                 f"{people} |")
   lines = ["\n".join(rows)]
+  base = result.get("uniform_baseline")
+  if base:
+    lines.append(f"A uniform map against the reference ({result['reference']}): attention "
+                 f"cos {base['attention_cosine']:.3f}, puzzle mean "
+                 f"{base['attention_cosine_puzzle_mean']:.3f}, JS {base['attention_js']:.3f}"
+                 " (what a position-blind map scores).")
   for protocol, curve in result["sigma_curves"].items():
     rho = curve["spearman_attention_cosine_vs_accuracy"]
     proc = curve["spearman_procrustes_distance_vs_accuracy"]
