@@ -9,10 +9,12 @@ disjoint seeds (configs/ito_sweep.py: one job per seed) are one run, their model
 union (`merge_runs`). --sweep_dir finds the runs in a folder and one level below
 (SWEEP_DIR/RUN or SWEEP_DIR/TASK/RUN), leaving out (with a note) the runs that have not
 finished training, e.g. a sweep's stopped job; --workdirs analyses whatever it is given.
-Each folder is read at its newest checkpoint, the
-parameters with their leading seed axis [S, ...], or, without one (a results folder
-committed without checkpoints), from the JOB_INPUTS file its sweep job wrote after
-training (`write_job_inputs`); folders with neither are skipped with a warning. Models
+Each folder is read from the JOB_INPUTS file its sweep
+job wrote after training (`write_job_inputs`, from its newest checkpoint with the default
+noise settings) when that file matches the folder's newest checkpoint and the noise
+settings (also a results folder committed without checkpoints), else evaluated at its
+newest checkpoint, the parameters with their leading seed axis [S, ...] (--recompute:
+always); folders with neither are skipped with a warning. Models
 whose loss diverged are left out of every mean. All numbers are on the 108 validation puzzles (the puzzles people solved),
 evaluated as `experiments.training.evaluation.SplitEvaluator` does (deterministic by default,
 positions from the evaluation sampler with `evaluation.seed`).
@@ -88,7 +90,7 @@ def main(argv):
         _SWEEP_DIR.value or os.path.dirname(os.path.abspath(workdirs[0])), "ito_analysis")
     result = ito.write_analysis(runs, out_dir, reference=_REFERENCE.value, noise_sds=sds,
                             noise_draws=_NOISE_DRAWS.value, noise_seed=_NOISE_SEED.value,
-                            pairing=_PAIRING.value)
+                            pairing=_PAIRING.value, recompute=_RECOMPUTE.value)
   except ValueError as e:
     cli.fail(cli.one_line(e))
   except OSError as e:
@@ -117,4 +119,8 @@ if __name__ == "__main__":
   _NOISE_SEED = flags.DEFINE_integer("noise_seed", 0, "Seed of the noise draws.")
   _PAIRING = flags.DEFINE_enum("pairing", "all", ito.PAIRINGS, "Compare a model with every "
                                "reference model (all) or the one of its seed (same_seed).")
+  _RECOMPUTE = flags.DEFINE_boolean(
+      "recompute", False, "Evaluate every model from its checkpoint, even where its job's "
+      f"{ito.JOB_INPUTS} (written from that checkpoint with these noise settings) holds "
+      "the same numbers.")
   cli.run(main)

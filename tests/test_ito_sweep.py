@@ -59,7 +59,7 @@ def _cli(module, *args, timeout=600):
                         capture_output=True, text=True, timeout=timeout)
 
 
-def test_tiny_sweep_end_to_end_merged_runs_and_committed_folder(tmp_path):
+def test_tiny_sweep_end_to_end_merged_runs_and_committed_folder(tmp_path, monkeypatch):
   sweep_dir = tmp_path / "ito"
   config = _tiny_sweep()
   progress = sweep.run_sweep(config, str(sweep_dir))
@@ -90,7 +90,7 @@ def test_tiny_sweep_end_to_end_merged_runs_and_committed_folder(tmp_path):
   assert np.abs(merged.noise - alone.noise).max() <= 0.03  # The same noise per seed.
 
   # The analysis and the report of the sweep folder (experiments.report dispatches).
-  out = _cli("experiments.ito_analysis", f"--sweep_dir={sweep_dir}")
+  out = _cli("experiments.ito_analysis", f"--sweep_dir={sweep_dir}", "--recompute")
   assert out.returncode == 0, out.stderr[-3000:]
   analysis_path = sweep_dir / "ito_analysis" / "analysis.json"
   with_checkpoints = json.loads(analysis_path.read_text())
@@ -109,6 +109,20 @@ def test_tiny_sweep_end_to_end_merged_runs_and_committed_folder(tmp_path):
   assert f"ours at epoch {epoch:g}" in text
   assert f"| learn-0.2 | {mean:.3f} ± {sd:.3f} (2) |" in text  # Table 1, merged seeds.
   assert "Issue 26's targets at epoch 200" in text
+
+  # Without --recompute the jobs' inputs files are read though checkpoints exist (they
+  # were written from the newest ones): no model is restored, the same numbers.
+  def no_restore(workdir):
+    raise AssertionError(f"restored {workdir}")
+  monkeypatch.setattr(ia.trained_run, "restore_run", no_restore)
+  preferred, _ = ia.analyse(ia.find_runs(str(sweep_dir)))
+  for label in ("2d_fixed", "learn-0.2"):
+    for key in ("validation_accuracy", "attention_cosine", "procrustes_distance", "noise"):
+      assert json.dumps(preferred["runs"][label][key], sort_keys=True) == json.dumps(
+          with_checkpoints["runs"][label][key], sort_keys=True), (label, key)
+  with pytest.raises(AssertionError, match="restored"):  # Other settings need them.
+    ia.analyse(ia.find_runs(str(sweep_dir)), noise_sds=(0.5,))
+  monkeypatch.undo()
 
   # A committed results folder: no checkpoints. The sweep has nothing left to do, and the
   # analysis reads each job's inputs file: the same numbers.

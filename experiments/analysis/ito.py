@@ -24,6 +24,7 @@ from scipy import stats
 from scipy.spatial import distance
 
 from configs import latin_square
+from experiments.storage import checkpoints as checkpoints_lib
 from experiments.storage import io_utils
 from experiments.training import data
 from experiments.training import evaluation
@@ -415,16 +416,19 @@ class Models:
 
 
 def evaluate_models(info: RunInfo, noise_sds=NOISE_SDS, noise_draws: int = 1,
-                    noise_seed: int = 0) -> Optional[Models]:
+                    noise_seed: int = 0, recompute: bool = False) -> Optional[Models]:
   """A run's predictions, attention maps, position terms and noisy accuracies on the
-  validation puzzles, from each folder's newest checkpoint or, without one, its
-  JOB_INPUTS file (`write_job_inputs`); None if no folder has either.
+  validation puzzles, from each folder's JOB_INPUTS file (`write_job_inputs`) where it
+  was written from the folder's newest checkpoint with these noise settings (the same
+  numbers, without evaluating anything), else from that checkpoint (always, with
+  recompute); None if no folder has either.
 
   A merged run (`RunInfo.parts`) concatenates its folders' models in seed order; folders
   not at the most advanced step (a job still training) are left out with a warning."""
   found = []
   for part in info.folders:
-    models = _evaluate_folder(part, noise_sds, noise_draws, noise_seed)
+    models = _evaluate_folder(part, noise_sds, noise_draws, noise_seed,
+                              use_inputs="fallback" if recompute else "prefer")
     if models is None:
       if info.parts:
         print(f"warning: {part.workdir} left out of {info.label}: no checkpoint and no "
@@ -469,7 +473,7 @@ def write_job_inputs(workdir: str) -> str:
 
 
   info = run_info(workdir)
-  models = _evaluate_folder(info, NOISE_SDS, 1, 0, use_inputs=False)
+  models = _evaluate_folder(info, NOISE_SDS, 1, 0, use_inputs="never")
   if models is None:
     raise ValueError(f"{workdir} has no checkpoint to write {JOB_INPUTS} from")
   arrays = {"step": np.int64(models.step), "seeds": np.asarray(info.seeds, np.int64),
@@ -527,9 +531,11 @@ def _from_job_inputs(info: RunInfo, noise_sds, noise_draws, noise_seed) -> Optio
 
 
 def _evaluate_folder(info: RunInfo, noise_sds=NOISE_SDS, noise_draws: int = 1,
-                     noise_seed: int = 0, use_inputs: bool = True) -> Optional[Models]:
-  """One folder's Models from its newest checkpoint (`trained_run.restore_run`), else
-  (use_inputs) its JOB_INPUTS file; None if it has neither.
+                     noise_seed: int = 0, use_inputs: str = "prefer") -> Optional[Models]:
+  """One folder's Models from its newest checkpoint (`trained_run.restore_run`) or its
+  JOB_INPUTS file; None if it has neither. use_inputs: "prefer" the file when it was
+  written from the newest checkpoint with these settings (else the checkpoint),
+  "fallback" to it only without a checkpoint, or "never".
 
   The forward pass is the evaluator's (`evaluation.predict_classes`, as `SplitEvaluator`
   reads the validation split: its key `evaluation.split_key`, the split as one chunk) with
@@ -537,10 +543,21 @@ def _evaluate_folder(info: RunInfo, noise_sds=NOISE_SDS, noise_draws: int = 1,
   N(0, sd^2) added to the output of the embedding layer (`apply(..., embedding_noise=)`)."""
 
 
+  if use_inputs not in ("prefer", "fallback", "never"):
+    raise ValueError(f"use_inputs={use_inputs!r}: prefer, fallback or never")
+  saved = checkpoints_lib.Checkpoints(info.workdir).steps()
+  if use_inputs == "prefer" and saved:
+    try:
+      stored = _from_job_inputs(info, noise_sds, noise_draws, noise_seed)
+    except ValueError:  # Other seeds or noise settings: the checkpoint says.
+      stored = None
+    if stored is not None and stored.step == saved[-1]:
+      return stored
   try:
     run = trained_run.restore_run(info.workdir)  # ValueError for an unknown encoding.
   except FileNotFoundError:  # No (readable) checkpoint yet.
-    return _from_job_inputs(info, noise_sds, noise_draws, noise_seed) if use_inputs else None
+    return (None if use_inputs == "never"
+            else _from_job_inputs(info, noise_sds, noise_draws, noise_seed))
   config, model, dataset, params = run.config, run.model, run.task, run.state.params
   examples = dataset.splits[SPLIT]
   tokens = jnp.asarray(examples.tokens)  # [N, T]
@@ -633,8 +650,10 @@ def _cosine_matrix(models: Sequence[Models]) -> dict:
 
 def analyse(runs: Sequence[RunInfo], reference: str = REFERENCE, noise_sds=NOISE_SDS,
             noise_draws: int = 1, noise_seed: int = 0, pairing: str = "all",
-            log=print) -> tuple[dict, list]:
-  """Every analysis over `runs`: (the JSON record, the evaluated Models)."""
+            log=print, recompute: bool = False) -> tuple[dict, list]:
+  """Every analysis over `runs`: (the JSON record, the evaluated Models). recompute:
+  evaluate every folder from its checkpoint, even where its JOB_INPUTS file holds the same
+  numbers (`evaluate_models`)."""
 
   if pairing not in PAIRINGS:
     raise ValueError(f"unknown pairing {pairing!r}; valid choices: {', '.join(PAIRINGS)}")
@@ -642,7 +661,7 @@ def analyse(runs: Sequence[RunInfo], reference: str = REFERENCE, noise_sds=NOISE
   models = []
   for info in runs:
     log(f"evaluating {info.label} ({info.workdir})")
-    evaluated = evaluate_models(info, noise_sds, noise_draws, noise_seed)
+    evaluated = evaluate_models(info, noise_sds, noise_draws, noise_seed, recompute)
     if evaluated is None:
       print(f"warning: skipped {', '.join(info.workdirs)}: no checkpoint and no "
             f"{JOB_INPUTS} yet", file=sys.stderr, flush=True)

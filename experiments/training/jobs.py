@@ -22,6 +22,7 @@ from typing import Callable
 import ml_collections
 
 from experiments import cli
+from experiments.storage import checkpoints as checkpoints_lib
 from experiments.storage import io_utils
 from experiments.storage import results_git
 from experiments.storage import workdir as workdir_lib
@@ -544,8 +545,7 @@ def plan(config: ml_collections.ConfigDict, sweep_dir: str,
       action = "start again" if rerun_changed else "refuse"
       detail = why + ("" if rerun_changed else "; --rerun_changed moves it aside")
     elif _has_checkpoints(job.workdir):
-      saved = [int(n) for n in os.listdir(os.path.join(job.workdir, "checkpoints"))
-               if n.isdigit()]
+      saved = checkpoints_lib.Checkpoints(job.workdir).steps()
       action = "resume"
       detail = (f"from its checkpoint at step {max(saved)} of {steps}" if saved
                 else why or "from its checkpoints")
