@@ -87,8 +87,8 @@ if __name__ == "__main__":
       "(to FOLDER.replaced-TIME) and run those jobs again.")
   _DRY_RUN = flags.DEFINE_boolean(
       "dry_run", False, "Print what the sweep would do with each job (skip a finished one, "
-      "resume one from its checkpoints, start one, refuse a folder of other settings) and "
-      "exit without training or writing anything.")
+      "write a missing job output, resume one from its checkpoints, start one, refuse a "
+      "folder of other settings) and exit without training or writing anything.")
   _COMMIT_RESULTS = flags.DEFINE_boolean(
       "commit_results", False, "Commit each finished job's small files (config.json, "
       "eval.json, metrics.jsonl, its job outputs; never checkpoints) to the git repository "

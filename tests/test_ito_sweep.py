@@ -158,6 +158,8 @@ def test_missing_inputs_file_is_written_from_checkpoints_without_training(tmp_pa
   os.remove(os.path.join(job.workdir, ia.JOB_INPUTS))
   finished, why = sweep.job_status(job)
   assert not finished and "missing" in why
+  ((_, action, detail),) = sweep.plan(config, str(sweep_dir))
+  assert action == "outputs" and ia.JOB_INPUTS in detail, detail
   progress = sweep.run_sweep(config, str(sweep_dir))
   assert progress.done == 1 and os.path.exists(os.path.join(job.workdir, ia.JOB_INPUTS))
   assert metrics.read_text() == before  # Not trained again.

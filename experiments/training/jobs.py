@@ -521,7 +521,8 @@ def _trained_to(workdir: str) -> int | None:
 def plan(config: ml_collections.ConfigDict, sweep_dir: str,
          rerun_changed: bool = False) -> list[tuple[Job, str, str]]:
   """What running the sweep would do with each job, without doing it or writing
-  anything: (job, action, detail), action one of "skip" (finished), "resume" (from its
+  anything: (job, action, detail), action one of "skip" (finished), "outputs" (trained;
+  a file of `sweep.job_outputs` is written from its checkpoints), "resume" (from its
   checkpoints), "start" (no checkpoint: from step 0), "refuse" (its folder holds a run
   with other settings; "start again" with rerun_changed). ValueError for bad settings,
   as run_sweep."""
@@ -541,6 +542,8 @@ def plan(config: ml_collections.ConfigDict, sweep_dir: str,
     trained = _trained_to(job.workdir)
     if finished:
       action, detail = "skip", f"finished ({steps} steps)"
+    elif why and _trained_status(job)[0]:  # Trained; a job output is missing.
+      action, detail = "outputs", f"{why} (no training)"
     elif why and why.startswith(_CHANGED):
       action = "start again" if rerun_changed else "refuse"
       detail = why + ("" if rerun_changed else "; --rerun_changed moves it aside")
