@@ -234,7 +234,14 @@ def parse_flags(argv: Sequence[str]) -> list[str]:
 
 def run(main: Callable[[list[str]], None]) -> None:
   """app.run with one-line flag errors, and Ctrl-C outside the training loop (which
-  handles it itself: experiments/training/stopping.py) ending quietly with exit code 130."""
+  handles it itself: experiments/training/stopping.py) ending quietly with exit code 130.
+
+  A process started with SIGINT ignored (a background job of a non-interactive shell:
+  `cmd &` in a script) gets Python's default handler back, so that `kill -INT` stops it
+  at any time, as it does once the training loop handles signals; before, one that came
+  while the model was built or compiled was lost and the run went on."""
+  if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
   try:
     app.run(main, flags_parser=parse_flags)
   except KeyboardInterrupt:

@@ -179,6 +179,30 @@ def test_two_interrupts_while_compiling_do_not_crash(tmp_path):
   assert "Traceback" not in err and "Segmentation" not in err
 
 
+def _ignoring_sigint():
+  signal.signal(signal.SIGINT, signal.SIG_IGN)  # As `cmd &` in a script starts a job.
+
+
+def test_a_run_started_with_sigint_ignored_still_stops_on_sigint(tmp_path):
+  # A background job of a non-interactive shell starts with SIGINT ignored (also this
+  # suite's subprocesses when the suite itself runs so); before the training loop
+  # installed its handler, such a SIGINT was lost and the run trained to the end.
+  process = subprocess.Popen(
+      [sys.executable, "-m", "experiments.train", f"--workdir={tmp_path / 'run'}",
+       *TINY_FLAGS, "--config.training.steps=100000", "--config.compilation_cache=off"],
+      cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+      preexec_fn=_ignoring_sigint)
+  try:
+    process.stdout.readline()  # "task ...": building and compiling starts.
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+  finally:
+    process.kill()
+  assert process.returncode == 130, (process.returncode, err[-3000:])
+  assert "Traceback" not in err and "interrupted" in err
+  assert not (tmp_path / "run" / "eval.json").exists()
+
+
 def test_a_report_of_an_unfinished_sweep_shows_missing_cells_and_names_the_jobs(tmp_path):
   from experiments.storage import io_utils  # pylint: disable=import-outside-toplevel
   from experiments.analysis import tables as report  # pylint: disable=import-outside-toplevel
