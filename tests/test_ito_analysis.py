@@ -263,6 +263,7 @@ def test_report_renders_fixture_runs_with_missing_cells(tmp_path):
   (analysis / "analysis.json").write_text(json.dumps({"runs": {
       "learn-1.0": {"epoch": 200.0, "attention_cosine": {"mean": 0.7, "sd": 0.01, "count": 2},
                     "attention_cosine_puzzle_mean": {"mean": 0.8, "sd": 0.02, "count": 2},
+                    "seeds": [2235],  # Written when one of the two seeds had finished.
                     "human": {"cosine": 0.9, "spearman": 0.3, "composite": 0.6}}},
       "sigma_curves": {"adam": {"spearman_attention_cosine_vs_accuracy": {
           "rho": 0.9, "p": 0.04, "levels": 5}}}}))
@@ -278,6 +279,7 @@ def test_report_renders_fixture_runs_with_missing_cells(tmp_path):
   assert "| learn-1.0 | 0.850 ± 0.071 (2) | 0.894 ± 0.043 | – | 1.000 ± 0.000 |" in text
   # The analysis at epoch 200 fills Table 3; other numbers name their epoch.
   assert "| learn-1.0 | 0.700 ± 0.010 (2) | 0.800 ± 0.020 (2) | 0.685 ± 0.015 |" in text
+  assert "The analysis predates finished runs: learn-1.0 (1 of 2 seeds)" in text
   assert "| learn-0.2 | – | – | 0.838 ± 0.016 |" in text
   assert "0.900 (5 σ levels) | 0.96 |" in text
   # B7.3a: epoch 200 filled, epoch 400 and 4000 missing.

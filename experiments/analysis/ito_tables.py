@@ -206,18 +206,25 @@ class Report:
   def table3(self) -> str:
     table = self.paper["table3"]
     labels = _rows(table["rows"], self._labels(table["protocol"], True))
-    rows = []
+    rows, stale = [], []
     for label in labels:
       record = self._analysis_run(label)
       flat = averaged = None
       if record is not None and abs(float(record["epoch"]) - self.epoch) < _TOLERANCE:
         flat = record.get("attention_cosine")
         averaged = record.get("attention_cosine_puzzle_mean")
+        trained = self.stats(table["protocol"], label, "validation", self.epoch)
+        if "seeds" in record and trained and trained.get("count") != len(record["seeds"]):
+          stale.append(f"{label} ({len(record['seeds'])} of {trained['count']} seeds)")
       rows.append([label, ours(flat), ours(averaged), theirs(table["rows"].get(label, {}).get(
           "attention_cosine"))])
     # The paper does not say which maps its cosine compares: ours gives both readings.
-    return _table(["PE", "attention cosine to 2d-fixed, ours (maps per puzzle)",
+    text = _table(["PE", "attention cosine to 2d-fixed, ours (maps per puzzle)",
                    "ours (maps averaged over puzzles)", "paper"], rows)
+    if stale:
+      text += ("\n\nThe analysis predates finished runs: " + ", ".join(stale)
+               + "; run `python -m experiments.ito_analysis` again, then this report.")
+    return text
 
   def table4(self) -> str:
     table = self.paper["table4"]
