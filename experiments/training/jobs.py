@@ -10,7 +10,6 @@ import copy
 import ctypes
 import dataclasses
 import importlib
-import json
 import multiprocessing
 import os
 import re
@@ -504,18 +503,14 @@ def _run_ray(jobs, progress, job_fn, ray_address, gpus_per_job, max_retries):
 
 
 def _trained_to(workdir: str) -> int | None:
-  """The last step metrics.jsonl records (None without one): how far a stopped job got."""
-  step = None
+  """The last step metrics.jsonl records (None without one, or a damaged one): how far a
+  stopped job got."""
   try:
-    with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
-      for line in f:
-        try:
-          step = int(json.loads(line).get("step", step))
-        except (ValueError, TypeError, AttributeError):
-          continue  # A torn last line of a killed run.
-  except OSError:
+    steps = [r["step"] for r in io_utils.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
+             if isinstance(r, dict) and "step" in r]
+  except (io_utils.CorruptFileError, OSError):
     return None
-  return step
+  return steps[-1] if steps else None
 
 
 def plan(config: ml_collections.ConfigDict, sweep_dir: str,
