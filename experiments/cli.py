@@ -150,8 +150,11 @@ class _LibraryLog:
       self.file.write(text)
       self.file.flush()
       self.used = True
-    except OSError:
-      pass  # A full disk: the one-line error still says what failed.
+    except (OSError, ValueError):
+      # A full disk, or the file already closed by the interpreter's shutdown while a
+      # library still logs (orbax's unretrieved futures, collected last): the one-line
+      # error still says what failed, and nothing reaches stderr.
+      pass
     return len(text)
 
   def flush(self) -> None:

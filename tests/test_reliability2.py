@@ -330,3 +330,13 @@ def test_ctrl_c_outside_the_training_loop_exits_130_and_ignores_a_second_one(mon
     assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
   finally:
     signal.signal(signal.SIGINT, before)
+
+
+def test_the_library_log_drops_what_comes_after_its_file_was_closed(tmp_path, capsys):
+  from experiments import cli  # pylint: disable=import-outside-toplevel
+  log = cli._LibraryLog(str(tmp_path / "library.log"))  # pylint: disable=protected-access
+  assert log.write("first\n") == 6 and log.used
+  log.file.close()  # As the interpreter's shutdown may, before a last library message.
+  assert log.write("Future exception was never retrieved\n") == 37
+  assert capsys.readouterr().err == ""
+  assert (tmp_path / "library.log").read_text() == "first\n"
