@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 import traceback
+import warnings
 from typing import Callable, NoReturn, Sequence
 
 from absl import app
@@ -170,8 +171,8 @@ class _LibraryLog:
 
 @contextlib.contextmanager
 def library_output_to(path: str):
-  """Sends library log records (absl logging, used by orbax), exceptions of threads and
-  unraisable exceptions to the file `path` for the block, unless RANDOMIZED_PE_DEBUG is
+  """Sends library log records (absl logging, used by orbax), warnings, exceptions of
+  threads and unraisable exceptions to the file `path` for the block, unless RANDOMIZED_PE_DEBUG is
   set; yields the stream (None in debug mode), whose `used` says whether it got any."""
   if debug():
     yield None
@@ -189,7 +190,14 @@ def library_output_to(path: str):
     stream.write(f"exception in thread {getattr(args.thread, 'name', '?')}:\n" + "".join(
         traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback)))
 
+  def show_warning(message, category, filename, lineno, file=None, line=None):  # pylint: disable=unused-argument
+    stream.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+  saved_show_warning = warnings.showwarning
   handler.stream, sys.unraisablehook, threading.excepthook = stream, unraisable, thread_exception
+  # Warnings too: orbax's write tasks cancelled by a failed save, collected at shutdown,
+  # warn "coroutine ... was never awaited".
+  warnings.showwarning = show_warning
   exiting = False
   try:
     yield stream
@@ -202,6 +210,7 @@ def library_output_to(path: str):
   finally:
     if not exiting:
       handler.stream, sys.unraisablehook, threading.excepthook = saved
+      warnings.showwarning = saved_show_warning
       stream.close()
 
 
@@ -240,9 +249,9 @@ def run(main: Callable[[list[str]], None]) -> None:
   handles it itself: experiments/training/stopping.py) ending quietly with exit code 130.
 
   A process started with SIGINT ignored (a background job of a non-interactive shell:
-  `cmd &` in a script) gets Python's default handler back, so that `kill -INT` stops it
-  at any time, as it does once the training loop handles signals; before, one that came
-  while the model was built or compiled was lost and the run went on."""
+  `cmd &` in a script) gets Python's default handler back, so that `kill -INT` stops it;
+  before, it was lost until the training loop handled signals. (experiments.train
+  turns signals into stop requests as soon as its flags are parsed.)"""
   if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
   try:

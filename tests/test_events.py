@@ -71,13 +71,14 @@ def test_tags_of_a_single_model_and_of_a_grid():
 
 
 def _crash_after(monkeypatch, calls):
-  """Makes the loop die (not a graceful stop: no checkpoint) after `calls` steps."""
+  """Makes the loop die (not a graceful stop: no checkpoint) after `calls` steps (it
+  polls for a stop request before its first step and after each)."""
   count = {"n": 0}
   requested = stopping.requested
 
   def crash():
     count["n"] += 1
-    if count["n"] == calls:
+    if count["n"] == calls + 1:
       raise RuntimeError("simulated crash")
     return requested()
   monkeypatch.setattr(stopping, "requested", crash)

@@ -340,3 +340,82 @@ def test_the_library_log_drops_what_comes_after_its_file_was_closed(tmp_path, ca
   assert log.write("Future exception was never retrieved\n") == 37
   assert capsys.readouterr().err == ""
   assert (tmp_path / "library.log").read_text() == "first\n"
+
+
+def test_library_warnings_go_to_the_log_in_the_block_and_nowhere_else(tmp_path, capsys):
+  import warnings  # pylint: disable=import-outside-toplevel
+
+  from experiments import cli  # pylint: disable=import-outside-toplevel
+  path = tmp_path / "library.log"
+  with warnings.catch_warnings(record=True) as shown:  # As stderr, outside the block.
+    warnings.simplefilter("always")
+    before = warnings.showwarning
+    with cli.library_output_to(str(path)):
+      warnings.warn("coroutine 'write_fragment' was never awaited", RuntimeWarning)
+    assert warnings.showwarning is before  # Restored.
+    warnings.warn("after the block", UserWarning)
+  assert [str(w.message) for w in shown] == ["after the block"]
+  assert capsys.readouterr().err == ""
+  assert "RuntimeWarning: coroutine 'write_fragment' was never awaited" in path.read_text()
+  assert "after the block" not in path.read_text()
+
+
+def _interrupt_while_building(monkeypatch):
+  """A SIGINT to this process while the trainer is built (compiling, in XLA)."""
+  from experiments.training import steps  # pylint: disable=import-outside-toplevel
+  from experiments.training import stopping  # pylint: disable=import-outside-toplevel
+  build = steps.build_trainer
+
+  def interrupted_build(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGINT)
+    deadline = time.monotonic() + 10
+    while stopping.requested() is None and time.monotonic() < deadline:
+      time.sleep(0.01)  # The watchdog thread records it.
+    return build(*args, **kwargs)
+
+  monkeypatch.setattr(steps, "build_trainer", interrupted_build)
+
+
+def test_a_signal_while_the_model_is_built_stops_before_the_first_step(tmp_path, monkeypatch):
+  # Before, the loop handled signals only from its first step: a SIGINT during building
+  # raised KeyboardInterrupt inside XLA (a crash) or inside jax's gc callback (swallowed:
+  # the run trained to the end).
+  from experiments.storage import checkpoints  # pylint: disable=import-outside-toplevel
+  from experiments.training import stopping  # pylint: disable=import-outside-toplevel
+  run = str(tmp_path / "run")
+  before = signal.getsignal(signal.SIGINT)
+  with monkeypatch.context() as patch:
+    _interrupt_while_building(patch)
+    with pytest.raises(stopping.Interrupted,
+                       match=r"^stopped before step 1; no checkpoint was saved yet; run the "
+                       r"same command to resume$") as stop:
+      loop.train_and_evaluate(tiny_config(steps=4), run)
+  assert stop.value.exit_code == 130
+  assert signal.getsignal(signal.SIGINT) is before  # Handlers restored.
+  assert checkpoints.Checkpoints(run).steps() == []
+  assert not os.path.exists(os.path.join(run, "eval.json"))
+  assert loop.train_and_evaluate(tiny_config(steps=2), run)["step"] == 2  # Runs after.
+  with monkeypatch.context() as patch:  # A resumed run keeps its checkpoint.
+    _interrupt_while_building(patch)
+    with pytest.raises(stopping.Interrupted, match=r"^stopped before step 3; the checkpoint "
+                       r"of step 2 in .* is kept"):
+      loop.train_and_evaluate(tiny_config(steps=4), run)
+  assert checkpoints.Checkpoints(run).steps() == [2]
+  assert loop.train_and_evaluate(tiny_config(steps=4), run)["step"] == 4
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_closing_the_prefetcher_waits_for_its_thread(fails):
+  # A daemon thread still inside jax when the interpreter exits aborts the process (seen
+  # when a run stopped before its first step).
+  from experiments.training import data  # pylint: disable=import-outside-toplevel
+
+  def make(step):
+    if fails and step == 1:
+      raise RuntimeError("a failed batch")
+    return step
+
+  prefetch = data.Prefetcher(make, 0, 100, depth=1)
+  time.sleep(0.3)  # The queue is full; the thread waits to put the next item.
+  prefetch.close()
+  assert not prefetch._thread.is_alive()  # pylint: disable=protected-access

@@ -386,22 +386,25 @@ class Prefetcher:
     self._queue = queue.Queue(maxsize=max(1, depth))
     self._stop = threading.Event()
 
+    def offer(item) -> bool:
+      """Puts `item` when there is room; False once closed."""
+      while not self._stop.is_set():
+        try:
+          self._queue.put(item, timeout=0.1)
+          return True
+        except queue.Full:
+          pass
+      return False
+
     def work():
       try:
         for step in range(start, stop):
-          item = place(make(step))
-          while not self._stop.is_set():
-            try:
-              self._queue.put(item, timeout=0.1)
-              break
-            except queue.Full:
-              pass
-          if self._stop.is_set():
+          if not offer(place(make(step))):
             return
       except BaseException as e:  # Handed to the consumer.
-        self._queue.put(e)
+        offer(e)
 
-    self._thread = threading.Thread(target=work, daemon=True)
+    self._thread = threading.Thread(target=work, daemon=True, name="batch prefetcher")
     self._thread.start()
 
   def next(self):
@@ -410,5 +413,8 @@ class Prefetcher:
       raise item
     return item
 
-  def close(self):
+  def close(self, timeout: float = 60.0):
+    """Stops the thread and waits for it (up to `timeout` seconds): a daemon thread still
+    inside jax (placing a batch) when the interpreter exits aborts the process."""
     self._stop.set()
+    self._thread.join(timeout)

@@ -209,7 +209,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     # Again: it may have changed meanwhile.
     _check_start(workdir, config, store.steps(), store)
     try:
-      return _train_and_evaluate(config, source, model, workdir, store, devices)
+      # From here to the end, SIGINT and SIGTERM are stop requests that the loop acts on
+      # (before its first step, between steps): a KeyboardInterrupt raised inside XLA's
+      # compilation crashed the process, and one raised in a library's callback (jax's gc
+      # callback) was swallowed and the run trained to the end.
+      with stopping.graceful():
+        return _train_and_evaluate(config, source, model, workdir, store, devices)
     finally:
       store.close()
 
@@ -288,38 +293,47 @@ def _train_and_evaluate(config, source, model, workdir, store, devices) -> dict:
     store.save(step, trainer.state, {**interval.carry(), "train_seconds": clock.seconds()},
                identity)
 
+  def stop_if_requested(step):
+    signum = stopping.requested()
+    if signum is None or step >= t.steps:
+      return
+    if step > start:
+      if step % t.checkpoint_every:
+        save(step)
+      raise stopping.Interrupted(
+          f"stopped at step {step}; saved a checkpoint of step {step} in {store.folder}; "
+          "run the same command to resume", signum)
+    kept = (f"the checkpoint of step {start} in {store.folder} is kept" if start
+            else "no checkpoint was saved yet")
+    raise stopping.Interrupted(f"stopped before step {start + 1}; {kept}; run the same "
+                               "command to resume", signum)
+
   try:
-    with stopping.graceful():
-      for step in range(start + 1, t.steps + 1):
-        trainer.state, metrics = trainer.step(trainer.state, trainer.seeds, prefetch.next())
-        interval.add(metrics)
-        in_flight.append((step, metrics))
-        computed()
-        if step % t.log_every == 0 or step == t.steps:
-          check_finite(step)
-          computed(step)  # check_finite waited for the state of this step.
-          records.append(interval.record(step, unwrap, step % t.log_every == 0))
-          write_records()
-          bar.record(step, float(np.mean(records[-1]["loss"])),
-                     float(np.mean(records[-1]["accuracy"])),
-                     records[-1]["steps_per_second"])
-        if evaluator.due(step):
-          jax.block_until_ready(trainer.state)  # The steps so far count as training.
-          train_seconds, began = clock.seconds(), time.perf_counter()
-          record = evaluator.periodic(_evaluation_params(trainer), step, unwrap)
-          records.append({**record, "train_seconds": train_seconds})
-          write_records()
-          clock.exclude(time.perf_counter() - began)
-        if step % t.checkpoint_every == 0 or step == t.steps:
-          save(step)
-          computed(step)
-        signum = stopping.requested()
-        if signum is not None and step < t.steps:
-          if step % t.checkpoint_every:
-            save(step)
-          raise stopping.Interrupted(
-              f"stopped at step {step}; saved a checkpoint of step {step} in "
-              f"{store.folder}; run the same command to resume", signum)
+    stop_if_requested(start)  # A request while the model was built or restored.
+    for step in range(start + 1, t.steps + 1):
+      trainer.state, metrics = trainer.step(trainer.state, trainer.seeds, prefetch.next())
+      interval.add(metrics)
+      in_flight.append((step, metrics))
+      computed()
+      if step % t.log_every == 0 or step == t.steps:
+        check_finite(step)
+        computed(step)  # check_finite waited for the state of this step.
+        records.append(interval.record(step, unwrap, step % t.log_every == 0))
+        write_records()
+        bar.record(step, float(np.mean(records[-1]["loss"])),
+                   float(np.mean(records[-1]["accuracy"])),
+                   records[-1]["steps_per_second"])
+      if evaluator.due(step):
+        jax.block_until_ready(trainer.state)  # The steps so far count as training.
+        train_seconds, began = clock.seconds(), time.perf_counter()
+        record = evaluator.periodic(_evaluation_params(trainer), step, unwrap)
+        records.append({**record, "train_seconds": train_seconds})
+        write_records()
+        clock.exclude(time.perf_counter() - began)
+      if step % t.checkpoint_every == 0 or step == t.steps:
+        save(step)
+        computed(step)
+      stop_if_requested(step)
   finally:
     prefetch.close()
     bar.close()
