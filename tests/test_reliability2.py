@@ -278,14 +278,15 @@ def test_a_full_disk_while_saving_is_one_line_and_the_details_go_to_a_log(tmp_pa
       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
       preexec_fn=_file_size_limit(4096))
   assert out.returncode == 1, out.stderr[-3000:]
-  errors = [l for l in out.stderr.splitlines() if l.startswith("error: ")]
-  assert len(errors) == 1, out.stderr[-3000:]
-  last = errors[0]
-  assert last.startswith("error: cannot save the checkpoint of step 4"), out.stderr[-3000:]
+  assert out.stderr.count("error: ") == 1, out.stderr[-3000:]
+  assert "error: cannot save the checkpoint of step 4" in out.stderr, out.stderr[-3000:]
   if debug:
+    # The libraries' threads print to stderr too, and may still be printing (orbax's
+    # "Event loop is closed"): the error line can land inside one of their lines.
     assert "Traceback" in out.stderr
   else:
-    assert _one_error_line(out.stderr) == last
+    last = _one_error_line(out.stderr)
+    assert last.startswith("error: cannot save the checkpoint of step 4")
     assert last.endswith(f"(the libraries' messages: {run}/library.log)")
     assert "Traceback" in (run / "library.log").read_text()
 
