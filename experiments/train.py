@@ -11,8 +11,9 @@ run failed (operating-system error, damaged file, workdir in use, non-finite
 loss, out of memory, a library's failure), one line; the libraries' messages and the
 traceback go to WORKDIR/library.log, or to stderr with RANDOMIZED_PE_DEBUG=1; 130
 Ctrl-C (or SIGTERM), after saving a checkpoint at the current step (before the first
-step when it came while the model was built and compiled: nothing new to save); a
-second one more than a second later stops at once, without saving.
+step when it came while the model was built and compiled: nothing new to save; during
+the final evaluation, between two lengths, without eval.json); a second one more than a
+second later stops at once, without saving.
 """
 import os
 import sys

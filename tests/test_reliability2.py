@@ -420,3 +420,34 @@ def test_closing_the_prefetcher_waits_for_its_thread(fails):
   time.sleep(0.3)  # The queue is full; the thread waits to put the next item.
   prefetch.close()
   assert not prefetch._thread.is_alive()  # pylint: disable=protected-access
+
+
+def test_a_signal_during_the_final_evaluation_stops_it_and_the_rerun_evaluates(tmp_path,
+                                                                              monkeypatch):
+  # The loop's stop requests cover the final evaluation too (minutes at the paper's
+  # scale): it stops between lengths, writes no eval.json, and keeps the last checkpoint.
+  from experiments.storage import checkpoints  # pylint: disable=import-outside-toplevel
+  from experiments.training import evaluation  # pylint: disable=import-outside-toplevel
+  from experiments.training import stopping  # pylint: disable=import-outside-toplevel
+  run = str(tmp_path / "run")
+  evaluate = evaluation.RangeEvaluator.evaluate
+
+  def interrupted_evaluate(self, *args, **kwargs):
+    os.kill(os.getpid(), signal.SIGINT)
+    deadline = time.monotonic() + 10
+    while stopping.requested() is None and time.monotonic() < deadline:
+      time.sleep(0.01)
+    return evaluate(self, *args, **kwargs)
+
+  with monkeypatch.context() as patch:
+    patch.setattr(evaluation.RangeEvaluator, "evaluate", interrupted_evaluate)
+    with pytest.raises(stopping.Interrupted, match=r"^stopped during the final evaluation, "
+                       r"before its result; training is finished \(the checkpoint of step 4 "
+                       r"in .*\); run the same command to evaluate$"):
+      loop.train_and_evaluate(tiny_config(steps=4), run)
+  assert not os.path.exists(os.path.join(run, "eval.json"))
+  assert checkpoints.Checkpoints(run).steps()[-1] == 4
+  uninterrupted = loop.train_and_evaluate(tiny_config(steps=4), str(tmp_path / "other"))
+  rerun = loop.train_and_evaluate(tiny_config(steps=4), run)  # Evaluates, trains nothing.
+  assert rerun["step"] == 4
+  assert rerun["models"][0]["accuracy"] == uninterrupted["models"][0]["accuracy"]

@@ -161,11 +161,12 @@ class RangeEvaluator:
                                   targets.astype(bool), 1, 1)
 
   def evaluate(self, params, lengths, batch_size: int, seed: int, max_buckets: int,
-               progress: bool = False) -> dict:
+               progress: bool = False, before_each=None) -> dict:
     """Accuracy (masked, over the batch) for every length.
 
     The batch of length n comes from key fold_in(PRNGKey(seed), n); positions
-    and dropout from fold_in(PRNGKey(seed + 1), n).
+    and dropout from fold_in(PRNGKey(seed + 1), n). `before_each()`, if given, is called
+    before each length (the training loop's stop check; it may raise).
 
     Returns:
       {"lengths": [...], "accuracy": [...], "buckets": [...]}; with `stacked`,
@@ -182,6 +183,8 @@ class RangeEvaluator:
       import tqdm  # pylint: disable=import-outside-toplevel
       iterator = tqdm.tqdm(lengths, desc="evaluating", unit="length", leave=False)
     for n in iterator:
+      if before_each is not None:
+        before_each()
       padded, out_pad, chunk = plan[n]
       batch = data.make_batch(task, jax.random.fold_in(data_root, n), batch_size, n)
       out_len = batch["targets"].shape[1]
@@ -294,11 +297,14 @@ class SplitEvaluator:
       outputs.append(self._chunk_fn(params, key, c, tokens))
     return np.concatenate([np.asarray(o) for o in outputs], axis=-1)[..., :count]
 
-  def evaluate(self, params, splits, seed: int) -> dict:
+  def evaluate(self, params, splits, seed: int, before_each=None) -> dict:
     """{split: {"overall": a, group: a, ...}}, exact accuracies (the dataset's
-    `accuracy`); with `stacked`, every a is a list over the models."""
+    `accuracy`); with `stacked`, every a is a list over the models. `before_each()`, if
+    given, is called before each split (it may raise)."""
     evaluated = {}
     for split in splits:
+      if before_each is not None:
+        before_each()
       examples = self.dataset.splits[split]
       correct = self.predictions(params, split, seed) == examples.answers  # [(M,) N]
       if not self.stacked:
@@ -335,10 +341,11 @@ class LengthEvaluation:
   def due(self, step: int) -> bool:
     return self._every > 0 and step % self._every == 0
 
-  def _evaluate(self, params, batch_size, progress=False):
+  def _evaluate(self, params, batch_size, progress=False, before_each=None):
     e = self._config.evaluation
     return self._evaluator.evaluate(params, range(e.min_length, e.max_length + 1),
-                                    batch_size, e.seed, e.max_buckets, progress=progress)
+                                    batch_size, e.seed, e.max_buckets, progress=progress,
+                                    before_each=before_each)
 
   def periodic(self, params, step: int, unwrap) -> dict:
     e, t = self._config.evaluation, self._config.training
@@ -353,8 +360,10 @@ class LengthEvaluation:
         "mean": unwrap(per_model.mean(axis=1).tolist()),
         **{name: unwrap([s[name] for s in model_scores]) for name in model_scores[0]}}}
 
-  def final(self, params, members, diverged, step: int, progress: bool = False) -> dict:
-    evaluated = self._evaluate(params, self._config.evaluation.batch_size, progress)
+  def final(self, params, members, diverged, step: int, progress: bool = False,
+            before_each=None) -> dict:
+    evaluated = self._evaluate(params, self._config.evaluation.batch_size, progress,
+                               before_each)
     return results.eval_record(self._config, members, evaluated, diverged, step)
 
 
@@ -390,10 +399,11 @@ class SplitEvaluation:
             "evaluation": {split: {group: unwrap(values) for group, values in by_group.items()}
                            for split, by_group in evaluated.items()}}
 
-  def final(self, params, members, diverged, step: int, progress: bool = False) -> dict:
+  def final(self, params, members, diverged, step: int, progress: bool = False,
+            before_each=None) -> dict:
     del progress  # A few seconds.
     evaluated = self._evaluator.evaluate(params, self._final_splits,
-                                         self._config.evaluation.seed)
+                                         self._config.evaluation.seed, before_each)
     return results.split_record(self._config, members, evaluated, diverged, step,
                                 self._source.epoch(step), self._model.description)
 

@@ -338,13 +338,22 @@ def _train_and_evaluate(config, source, model, workdir, store, devices) -> dict:
     prefetch.close()
     bar.close()
 
+  def stop_during_evaluation():
+    signum = stopping.requested()
+    if signum is not None:
+      raise stopping.Interrupted(
+          f"stopped during the final evaluation, before its result; training is finished "
+          f"(the checkpoint of step {t.steps} in {store.folder}); run the same command to "
+          "evaluate", signum)
+
   # Evaluation of every model: over the length range, or on the dataset's splits.
   jax.block_until_ready(trainer.state)
   train_seconds = clock.seconds()
   result = evaluator.final(_evaluation_params(trainer), trainer.members,
                            np.asarray(trainer.state.nonfinite).tolist(),
                            int(np.asarray(trainer.state.step)[0]),
-                           progress=config.progress and bar.terminal)
+                           progress=config.progress and bar.terminal,
+                           before_each=stop_during_evaluation)
   result = results.with_model(result, trainer.model)
   result["train_seconds"] = train_seconds
   io_utils.write_json(os.path.join(workdir, "eval.json"), result)
