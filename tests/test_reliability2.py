@@ -361,17 +361,22 @@ def test_library_warnings_go_to_the_log_in_the_block_and_nowhere_else(tmp_path, 
   assert "after the block" not in path.read_text()
 
 
+def _sigint_to_this_process():
+  """Sends SIGINT to this process and waits until the stop-request watchdog records it."""
+  from experiments.training import stopping  # pylint: disable=import-outside-toplevel
+  os.kill(os.getpid(), signal.SIGINT)
+  deadline = time.monotonic() + 10
+  while stopping.requested() is None and time.monotonic() < deadline:
+    time.sleep(0.01)
+
+
 def _interrupt_while_building(monkeypatch):
   """A SIGINT to this process while the trainer is built (compiling, in XLA)."""
   from experiments.training import steps  # pylint: disable=import-outside-toplevel
-  from experiments.training import stopping  # pylint: disable=import-outside-toplevel
   build = steps.build_trainer
 
   def interrupted_build(*args, **kwargs):
-    os.kill(os.getpid(), signal.SIGINT)
-    deadline = time.monotonic() + 10
-    while stopping.requested() is None and time.monotonic() < deadline:
-      time.sleep(0.01)  # The watchdog thread records it.
+    _sigint_to_this_process()
     return build(*args, **kwargs)
 
   monkeypatch.setattr(steps, "build_trainer", interrupted_build)
@@ -433,10 +438,7 @@ def test_a_signal_during_the_final_evaluation_stops_it_and_the_rerun_evaluates(t
   evaluate = evaluation.RangeEvaluator.evaluate
 
   def interrupted_evaluate(self, *args, **kwargs):
-    os.kill(os.getpid(), signal.SIGINT)
-    deadline = time.monotonic() + 10
-    while stopping.requested() is None and time.monotonic() < deadline:
-      time.sleep(0.01)
+    _sigint_to_this_process()
     return evaluate(self, *args, **kwargs)
 
   with monkeypatch.context() as patch:
