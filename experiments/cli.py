@@ -256,6 +256,10 @@ def run(main: Callable[[list[str]], None]) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
   try:
     app.run(main, flags_parser=parse_flags)
+  except SystemExit as e:
+    if e.code in (EXIT_INTERRUPTED, 128 + signal.SIGTERM):  # Stopped on request: a
+      signal.signal(signal.SIGINT, signal.SIG_IGN)  # second Ctrl-C must not kill (-2).
+    raise
   except KeyboardInterrupt:
     # A second Ctrl-C while the interpreter shuts down (seconds under load, with XLA's
     # threads) would otherwise end it by the signal's default action (exit code -2).
