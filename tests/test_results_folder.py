@@ -25,9 +25,6 @@ RESULTS = os.path.join(ROOT, "results")
 # command line's overrides (the folder the README's commands name).
 COMMITTED = {"cpu_study": ("configs.cpu_study", ("A", "B")),
              "table1_cpu": ("configs.table1", ("scale=cpu",)),
-             # Twice the steps, to settle tasks whose randomized model had not learned its
-             # training lengths by 6,000 (docs/cpu_protocol.md).
-             "table1_cpu_12k": ("configs.table1", ("scale=cpu",), {"training.steps": 12000}),
              "su_cpu": ("configs.su", ("scale=cpu",)),
              "table3_cpu": ("configs.table3", ("scale=cpu",))}
 SMALL_FILES = {"config.json", "eval.json", "metrics.jsonl"}

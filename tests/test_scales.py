@@ -64,7 +64,9 @@ def test_cpu_scale_resolves_to_the_protocol(name, tmp_path):
     assert big_l >= data.sequence_length(tasks.get(job.task), m), job.name
     assert (c["model"]["num_layers"], c["model"]["d_model"], c["model"]["num_heads"]) == (5, 64, 8)
     assert len(c["grid"]["seeds"]) >= 3 and len(set(c["grid"]["seeds"])) == len(c["grid"]["seeds"])
-    assert c["training"]["steps"] == jobs[0].config["training"]["steps"]
+    # The scale's steps, twice as many for the tasks that need them (CPU_TASK_OVERRIDES).
+    longer = job.task in ("odds_first", "duplicate_string")
+    assert c["training"]["steps"] == scales.CPU_STEPS * (2 if longer else 1), job.name
 
 
 def test_cpu_table1_core_is_seven_tasks_by_three_pairs():
@@ -89,6 +91,8 @@ def test_cpu_task_overrides_reach_only_their_task():
       assert got == (20, 80, 512), job.name
     else:
       assert got == (scales.CPU_MAX_LENGTH, scales.CPU_TEST_LENGTH, scales.CPU_MAX_POSITION)
+    steps = 2 * scales.CPU_STEPS if job.task in ("odds_first", "duplicate_string") else 6000
+    assert c["training"]["steps"] == steps, job.name
 
 
 def test_task_overrides_come_before_variants_and_refuse_unknown_tasks():
