@@ -65,9 +65,34 @@ def test_small_files_are_a_finished_sweep_and_a_report(tmp_path):
   out = report.write_report(sweep_dir, str(tmp_path / "report"))
   assert out["kind"] == "paper" and out["encodings"] == ["relative", "randomized_relative"]
   assert [r["verdict"] for r in out["ordering"]] != ["missing"]
+  assert os.path.getsize(tmp_path / "report" / "figures" / "ordering.png") > 0
   assert set(out["training"]) == {("reverse_string", "relative"),
                                   ("reverse_string", "randomized_relative")}
   assert all(v is not None for v in out["training"].values())
+
+
+def test_the_ordering_figure_draws_every_cell_of_the_ordering_rows(tmp_path):
+  table4 = {("a", "relative"): ((60.0, 2.0), (55.0, 1.0)),
+            ("a", "randomized_relative"): ((70.5, 1.5), (75.0, 2.0)),
+            ("b", "relative"): ((50.0, 1.0), None),
+            ("b", "randomized_relative"): (None, (80.0, 3.0)),
+            ("a", "sin_cos"): ((40.0, 9.0), None),
+            ("a", "randomized_sin_cos"): ((45.0, 1.0), None),
+            ("b", "sin_cos"): ((30.0, 1.0), None),
+            ("b", "randomized_sin_cos"): ((20.0, 1.0), None)}
+  training = {key: 99.0 for key in table4}
+  training["b", "randomized_sin_cos"] = 60.0
+  encodings = ["relative", "randomized_relative", "sin_cos", "randomized_sin_cos"]
+  rows = report.ordering_rows(["a", "b"], encodings, table4, training)
+  assert [(r["task"], r["family"], r["verdict"]) for r in rows] == [
+      ("a", "relative", "holds"), ("a", "sin_cos", "within one std"),
+      ("b", "relative", "missing"), ("b", "sin_cos", "not learned")]
+  path = tmp_path / "ordering.png"
+  drawn = report.plot_ordering(rows, str(path))
+  assert path.stat().st_size > 0
+  by_cell = {(d["task"], d["family"]): (d["classic"], d["randomized"]) for d in drawn}
+  assert by_cell == {("a", "relative"): (60.0, 70.5), ("a", "sin_cos"): (40.0, 45.0),
+                     ("b", "relative"): (50.0, None), ("b", "sin_cos"): (30.0, 20.0)}
 
 
 def test_a_job_whose_settings_differ_from_its_files_is_not_skipped(tmp_path):

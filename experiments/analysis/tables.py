@@ -360,12 +360,14 @@ def stored_job_config(sweep_dir: str, task: str, name: str) -> dict | None:
   return workdir_lib.stored_config(os.path.join(sweep_dir, task, name))
 
 
-def _figure(width=7, height=4, ncols=1):
+def _figure(width=7, height=4, ncols=1, nrows=1):
+  """A figure of nrows x ncols panels, each width x height inches: (plt, fig, axes in
+  reading order)."""
   import matplotlib  # pylint: disable=import-outside-toplevel
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-  fig, axes = plt.subplots(1, ncols, figsize=(width * ncols, height), squeeze=False)
-  return plt, fig, list(axes[0])
+  fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False)
+  return plt, fig, list(axes.ravel())
 
 
 def _save(plt, fig, path: str) -> None:
@@ -776,6 +778,49 @@ def ordering_markdown(rows) -> str:
   return "\n".join(lines)
 
 
+def plot_ordering(rows, path: str) -> list[dict]:
+  """`ordering_rows` as bars, one panel per family: per task the classic and the
+  randomized twin's unseen-length mean with its std, the paper's Table 4 cell as a black
+  tick, the training-length accuracy inside each bar and the verdict above. Returns what
+  was drawn per task and family: {"task", "family", "classic", "randomized"} (the bars'
+  heights as drawn, None for a missing job)."""
+  families = sorted({r["family"] for r in rows})
+  most = max(sum(r["family"] == f for r in rows) for f in families)
+  plt, fig, axes = _figure(max(5.0, 1.1 * most + 2), 3.8, nrows=len(families))
+  drawn = []
+  for ax, family in zip(axes, families):
+    mine = [r for r in rows if r["family"] == family]
+    for i, r in enumerate(mine):
+      heights = {}
+      for side, offset, color, value, train, paper in (
+          ("classic", -0.2, "tab:blue", r["classic"], r["training"][0], r["paper"][0]),
+          ("randomized", 0.2, "tab:orange", r["randomized"], r["training"][1], r["paper"][1])):
+        heights[side] = None
+        if value is not None:
+          bars = ax.bar(i + offset, value[0], 0.38, yerr=value[1], color=color, capsize=3,
+                        label=(f"{family}" if side == "classic" else f"randomized_{family}")
+                        if i == 0 else None)
+          heights[side] = float(bars.patches[0].get_height())
+          ax.text(i + offset, 2, "–" if train is None else f"{train:.0f}", ha="center",
+                  va="bottom", fontsize=6, color="white" if value[0] > 12 else "black")
+        if paper is not None:
+          ax.plot([i + offset - 0.17, i + offset + 0.17], [paper[0]] * 2, color="black",
+                  linewidth=1.5, label="paper (Table 4)" if i == 0 and side == "classic"
+                  else None)
+      top = max([v for v in heights.values() if v is not None] or [0])
+      ax.text(i, min(top + 7, 106), r["verdict"], ha="center", fontsize=7)
+      drawn.append({"task": r["task"], "family": family, **heights})
+    ax.set_xticks(range(len(mine)), [r["task"] for r in mine], rotation=30, ha="right",
+                  fontsize=7)
+    ax.set(ylabel="unseen lengths (%)", ylim=(0, 125),
+           title=f"{family} and its randomized twin: unseen-length accuracy, mean ± std over "
+           "seeds (in the bars: accuracy on the training lengths)")
+    ax.title.set_fontsize(8)
+    ax.legend(fontsize=7, loc="upper left", ncol=3)
+  _save(plt, fig, path)
+  return drawn
+
+
 def write_paper_report(sweep_dir: str, results: dict, out_dir: str, unfinished=()) -> dict:
   """Table 1, Table 4, the headline, Table 2 (hours) and a figure per task; unfinished
   jobs are missing cells, and the headline counts the tasks with results."""
@@ -818,6 +863,8 @@ def write_paper_report(sweep_dir: str, results: dict, out_dir: str, unfinished=(
   order = ordering_rows(tasks, encodings, t4, training)
   order_md = ordering_markdown(order)
   io_utils.atomic_write_text(os.path.join(out_dir, "ordering.md"), order_md + "\n")
+  if order:
+    plot_ordering(order, os.path.join(out_dir, "figures", "ordering.png"))
   text = t1_md
   if order:
     text += "\n\n" + order_md.split("\n\n")[-1]
