@@ -798,10 +798,10 @@ def plot_ordering(rows, path: str) -> list[dict]:
         heights[side] = None
         if value is not None:
           bars = ax.bar(i + offset, value[0], 0.38, yerr=value[1], color=color, capsize=3,
-                        label=(f"{family}" if side == "classic" else f"randomized_{family}")
+                        label=(family if side == "classic" else f"randomized_{family}")
                         if i == 0 else None)
           heights[side] = float(bars.patches[0].get_height())
-          ax.text(i + offset, 2, "–" if train is None else f"{train:.0f}", ha="center",
+          ax.text(i + offset, 2, MISSING if train is None else f"{train:.0f}", ha="center",
                   va="bottom", fontsize=6, color="white" if value[0] > 12 else "black")
         if paper is not None:
           ax.plot([i + offset - 0.17, i + offset + 0.17], [paper[0]] * 2, color="black",
@@ -863,10 +863,9 @@ def write_paper_report(sweep_dir: str, results: dict, out_dir: str, unfinished=(
   order = ordering_rows(tasks, encodings, t4, training)
   order_md = ordering_markdown(order)
   io_utils.atomic_write_text(os.path.join(out_dir, "ordering.md"), order_md + "\n")
-  if order:
-    plot_ordering(order, os.path.join(out_dir, "figures", "ordering.png"))
   text = t1_md
   if order:
+    plot_ordering(order, os.path.join(out_dir, "figures", "ordering.png"))
     text += "\n\n" + order_md.split("\n\n")[-1]
   ours = head["ours"]
   if ours["average_gain_points"] is not None:
