@@ -246,6 +246,7 @@ def test_find_runs_leaves_out_unfinished_runs_only_when_asked(tmp_path):
 
 def test_report_renders_fixture_runs_with_missing_cells(tmp_path):
   sweep_dir = tmp_path / "sweep"
+  paper = ito_report.load_paper()
   _fixture_run(sweep_dir / "2d_fixed", "2d_fixed", [2235, 6312], records=[
       {"step": 12800, "loss": [0.1, 0.05], "accuracy": [0.97, 0.99]},
       {"step": 12800, "epoch": 200.0, "evaluation": {
@@ -299,6 +300,19 @@ def test_report_renders_fixture_runs_with_missing_cells(tmp_path):
   assert dispatched["kind"] == "ito" and "| learn-1.0 | 0.700 ± 0.010 (2) |" not in \
       dispatched["text"]  # Tables at epoch 4000: the epoch-200 analysis stays out of Table 3.
   assert (tmp_path / "out" / "report.md").read_text() == dispatched["text"]
+  # The figure at epoch 200: each model that did not diverge, beside the authors' B7.3a.
+  figure = sweep_dir / "ito_report" / "figures" / "validation_epoch200.png"
+  assert figure.stat().st_size > 10_000
+  assert text.endswith("(figures/validation_epoch200.png)\n")
+  points = ito_report.Report(ia.find_runs(str(sweep_dir)), paper, None, 200).validation_points()
+  rows = paper["short_training"]["rows"]
+  assert points == {
+      "2d_fixed": {"ours": [0.90, 0.95], "paper": rows["2d_fixed"]["validation_e200"]},
+      "learn-1.0": {"ours": [0.80, 0.90], "paper": rows["learn-1.0"]["validation_e200"]}}
+  assert points["2d_fixed"]["paper"] == [0.938, 0.130]
+  # At epoch 4000 no Adam run has a value: no figure, no link.
+  assert "![" not in dispatched["text"]
+  assert not (tmp_path / "out" / "figures" / "validation_epoch4000.png").exists()
   bad = _cli("experiments.ito_report", f"--sweep_dir={tmp_path / 'nowhere'}")
   _one_line_error(bad, "no sweep folder at")
 

@@ -10,6 +10,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from experiments.analysis import figures
 from experiments.analysis import ito
 from experiments.storage import io_utils
 from tasks.latin_square import data as lst
@@ -18,6 +19,7 @@ PAPER_RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__f
                              "paper_numbers",
                              "ito2024_results.json")
 MISSING = "–"
+FIGURES = "figures"  # The report's figures, in OUT_DIR/figures.
 TABLE_EPOCH = 4000
 SHORT_EPOCHS = (200, 400, 4000)
 _TOLERANCE = 1e-6
@@ -112,12 +114,14 @@ class RunRecords:
     keep = self.diverged if len(self.diverged) == len(values) else [False] * len(values)
     return values, keep, fallback
 
+  def kept(self, split: str, epoch: float) -> tuple[list, bool]:
+    """(the values of the models that did not diverge, whether any is a fallback)."""
+    values, diverged, fallback = self._values(split, epoch)
+    return [v for v, bad in zip(values, diverged) if not bad and math.isfinite(v)], fallback
+
   def stats(self, split: str, epoch: float) -> Optional[dict]:
     """{"mean", "sd", "count", "fallback"} over the models that did not diverge."""
-    values, keep, fallback = self._values(split, epoch)
-    if not values:
-      return None
-    chosen = [v for v, bad in zip(values, keep) if not bad and math.isfinite(v)]
+    chosen, fallback = self.kept(split, epoch)
     if not chosen:
       return None
     return {"mean": float(np.mean(chosen)),
@@ -291,6 +295,55 @@ class Report:
             + f"\n\nThe paper's σ ordering learn-0.2 > learn-1.0 > learn-2.0 on validation "
             f"at epoch 200, of our means: {ordering}.")
 
+  def validation_points(self) -> dict:
+    """What the report's figure draws: for each encoding of the paper's shorter-training
+    table (B7.3a, Adam) and our other runs of that optimizer setting that have a value at
+    the report's epoch, {"ours": the validation accuracy of each model that did not
+    diverge, "paper": the authors' [mean, SD] at that epoch, or None}."""
+    table = self.paper["short_training"]
+    protocol = table["protocol"]
+    key = f"validation_e{self.epoch:g}"
+    points = {}
+    for label in _rows(table["rows"], self._labels(protocol, None)):
+      run = self.run(protocol, label)
+      ours_values = [] if run is None else run.kept("validation", self.epoch)[0]
+      if ours_values:
+        points[label] = {"ours": ours_values,
+                         "paper": (table["rows"].get(label) or {}).get(key)}
+    return points
+
+  def write_figure(self, path: str) -> Optional[dict]:
+    """Draws `validation_points` (one dot a seed, our mean ± SD, the authors' mean ± SD)
+    to `path`; returns the points, or None (nothing drawn) when no run has a value."""
+    points = self.validation_points()
+    if not points:
+      return None
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    plt, fig, (ax,) = figures.panels(width=max(6.0, 1.1 * len(points) + 2), height=4.5)
+    for x, (label, point) in enumerate(points.items()):
+      values = point["ours"]
+      spread = np.linspace(-0.08, 0.08, len(values)) if len(values) > 1 else [0.0]
+      ax.scatter(x - 0.15 + np.asarray(spread), values, s=14, color="C0", alpha=0.6,
+                 label="ours, one model" if x == 0 else None)
+      sd = np.std(values, ddof=1) if len(values) > 1 else 0.0
+      ax.errorbar(x - 0.15, np.mean(values), yerr=sd, fmt="o", color="C0", capsize=4,
+                  markersize=7, label="ours, mean ± SD" if x == 0 else None)
+      paper = point["paper"]
+      if paper and paper[0] is not None:
+        ax.errorbar(x + 0.15, paper[0], yerr=paper[1] or 0.0, fmt="s", color="C1",
+                    capsize=4, markersize=7,
+                    label="the authors, mean ± SD" if x == 0 else None)
+    ax.set_xticks(range(len(points)), [f"{l}\n({len(p['ours'])} seeds)"
+                                       for l, p in points.items()], fontsize=8)
+    ax.set_ylabel("validation accuracy (the 108 puzzles)")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(f"Epoch {self.epoch:g}: ours beside the authors' (SPEC-EXTENSIONS B7.3a)",
+                 fontsize=10)
+    ax.legend(fontsize=8, loc="lower left")
+    ax.grid(axis="y", alpha=0.3)
+    figures.save(plt, fig, path)
+    return points
+
   def other_numbers(self) -> str:
     text = self.paper["text"]
     analysis = self.analysis or {}
@@ -372,13 +425,23 @@ class Report:
 
 def write_report(runs: Sequence[ito.RunInfo], out_dir: str,
                  analysis_path: Optional[str] = None, epoch: float = TABLE_EPOCH) -> str:
-  """Renders the report, writes OUT_DIR/report.md, returns the Markdown."""
+  """Renders the report, writes OUT_DIR/report.md and, when a run has a validation
+  accuracy at `epoch`, its figure OUT_DIR/figures/validation_epochE.png (linked at the
+  end of the Markdown); returns the Markdown."""
 
   analysis = None
   if analysis_path and os.path.exists(analysis_path):
     analysis = _read(analysis_path, lines=False)
-  text = Report(runs, load_paper(), analysis, epoch).markdown()
+  report = Report(runs, load_paper(), analysis, epoch)
+  text = report.markdown()
   os.makedirs(out_dir, exist_ok=True)
+  name = f"validation_epoch{epoch:g}.png"
+  figure = os.path.join(out_dir, FIGURES, name)
+  if report.write_figure(figure) is not None:
+    text += (f"\n![Validation accuracy at epoch {epoch:g}, ours beside the authors']"
+             f"({FIGURES}/{name})\n")
+  elif os.path.exists(figure):  # From an earlier report of runs that are gone.
+    os.remove(figure)
   io_utils.atomic_write_text(os.path.join(out_dir, "report.md"), text)
   return text
 

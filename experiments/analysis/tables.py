@@ -14,6 +14,7 @@ import warnings
 import numpy as np
 
 from experiments import cli
+from experiments.analysis import figures
 from experiments.analysis import ito_tables
 from experiments.storage import io_utils
 from experiments.storage import workdir as workdir_lib
@@ -193,7 +194,7 @@ def csv_table(tasks, encodings, cells, pair=False) -> str:
 
 def plot_task(task: str, results: dict, encodings, path: str) -> None:
   """Accuracy against length of the best model per encoding, training range shaded."""
-  plt, fig, (ax,) = _figure(7, 4)
+  plt, fig, (ax,) = figures.panels(7, 4)
   training_range = None
   for pe in encodings:
     result = results.get((task, pe))
@@ -211,7 +212,7 @@ def plot_task(task: str, results: dict, encodings, path: str) -> None:
     ax.text(0.5, 0.5, "no finished job yet", transform=ax.transAxes, ha="center",
             va="center", color="grey")
   ax.set(xlabel="sequence length", ylabel="accuracy (%)", title=task, ylim=(0, 102))
-  _save(plt, fig, path)
+  figures.save(plt, fig, path)
 
 
 # The variants report (a sweep with `sweep.variants`, e.g. configs/su.py).
@@ -314,7 +315,7 @@ def variant_csv(tasks, names, cells) -> str:
 def plot_variants(task: str, results: dict, names, path: str) -> None:
   """Accuracy against length per variant: mean over seeds at the best learning rate,
   a band of ± one std, the training range shaded."""
-  plt, fig, (ax,) = _figure(8, 4.5)
+  plt, fig, (ax,) = figures.panels(8, 4.5)
   training_range = None
   for i, name in enumerate(names):
     result = results.get((task, name))
@@ -334,7 +335,7 @@ def plot_variants(task: str, results: dict, names, path: str) -> None:
                label="training lengths")
   ax.set(xlabel="sequence length", ylabel="accuracy (%)", title=task, ylim=(0, 102))
   ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
-  _save(plt, fig, path)
+  figures.save(plt, fig, path)
 
 
 def write_variant_report(sweep_dir: str, results: dict, order, out_dir: str) -> dict:
@@ -358,22 +359,6 @@ def write_variant_report(sweep_dir: str, results: dict, order, out_dir: str) -> 
 def stored_job_config(sweep_dir: str, task: str, name: str) -> dict | None:
   """A job's config.json (None without one; CorruptFileError if damaged)."""
   return workdir_lib.stored_config(os.path.join(sweep_dir, task, name))
-
-
-def _figure(width=7, height=4, ncols=1, nrows=1):
-  """A figure of nrows x ncols panels, each width x height inches: (plt, fig, axes in
-  reading order)."""
-  import matplotlib  # pylint: disable=import-outside-toplevel
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-  fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False)
-  return plt, fig, list(axes.ravel())
-
-
-def _save(plt, fig, path: str) -> None:
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
 
 
 def _pair_text(value, digits=1):
@@ -529,7 +514,7 @@ def write_figure3_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
     lines.append(f"| {task} | " + " | ".join(cells) + " |")
   md = "\n".join(lines)
   _write_both(out_dir, "figure3", md, rows)
-  plt, fig, axes = _figure(5, 3.8, max(1, len(tasks)))
+  plt, fig, axes = figures.panels(5, 3.8, max(1, len(tasks)))
   for ax, task in zip(axes, tasks):
     pts = sorted((p for p in points[task] if p[1] is not None), key=lambda p: p[0])
     if pts:
@@ -542,7 +527,7 @@ def write_figure3_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
     ax.set(xlabel="maximum position L", ylabel="unseen-length accuracy (%)", title=task,
            ylim=(0, 102))
     ax.legend(fontsize=7, loc="lower left")
-  _save(plt, fig, os.path.join(out_dir, "figure3.png"))
+  figures.save(plt, fig, os.path.join(out_dir, "figure3.png"))
   return {"kind": "figure3", "tasks": tasks, "values": values, "table": md, "text": md}
 
 
@@ -651,7 +636,7 @@ def write_figure2_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
   md = "\n".join(lines)
   _write_both(out_dir, "figure2", md, rows)
   tasks = sorted({t for t, _ in curves})
-  plt, fig, axes = _figure(6, 4, max(1, len(tasks)))
+  plt, fig, axes = figures.panels(6, 4, max(1, len(tasks)))
   for ax, task in zip(axes, tasks):
     for (t, name), c in curves.items():
       if t != task:
@@ -663,7 +648,7 @@ def write_figure2_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
     ax.set(xlabel="training time (s)", ylabel="accuracy on the test lengths (%)",
            title=task, ylim=(0, 102))
     ax.legend(fontsize=7, loc="lower right")
-  _save(plt, fig, os.path.join(out_dir, "figure2.png"))
+  figures.save(plt, fig, os.path.join(out_dir, "figure2.png"))
   return {"kind": "figure2", "curves": curves, "speedups": speedups, "table": md,
           "text": md}
 
@@ -786,7 +771,7 @@ def plot_ordering(rows, path: str) -> list[dict]:
   heights as drawn, None for a missing job)."""
   families = sorted({r["family"] for r in rows})
   most = max(sum(r["family"] == f for r in rows) for f in families)
-  plt, fig, axes = _figure(max(5.0, 1.1 * most + 2), 3.8, nrows=len(families))
+  plt, fig, axes = figures.panels(max(5.0, 1.1 * most + 2), 3.8, nrows=len(families))
   drawn = []
   for ax, family in zip(axes, families):
     mine = [r for r in rows if r["family"] == family]
@@ -817,7 +802,7 @@ def plot_ordering(rows, path: str) -> list[dict]:
            "seeds (in the bars: accuracy on the training lengths)")
     ax.title.set_fontsize(8)
     ax.legend(fontsize=7, loc="upper left", ncol=3)
-  _save(plt, fig, path)
+  figures.save(plt, fig, path)
   return drawn
 
 
@@ -956,7 +941,7 @@ def write_study_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
   md = "\n".join(lines)
   _write_both(out_dir, "study", md, rows)
   for task in tasks:
-    plt, fig, (by_step, by_time) = _figure(6, 4, 2)
+    plt, fig, (by_step, by_time) = figures.panels(6, 4, 2)
     for i, name in enumerate(names):
       curve = curves.get((task, name))
       if not curve:
@@ -968,7 +953,7 @@ def write_study_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
     by_step.set(xlabel="step", ylabel="accuracy (%)", title=task, ylim=(0, 102))
     by_time.set(xlabel="training seconds", ylabel="accuracy (%)", title=task, ylim=(0, 102))
     by_time.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    _save(plt, fig, os.path.join(out_dir, "figures", f"{task}.png"))
+    figures.save(plt, fig, os.path.join(out_dir, "figures", f"{task}.png"))
   return {"kind": "study", "tasks": tasks, "variants": names, "curves": curves,
           "table": md, "text": md}
 
@@ -1141,7 +1126,7 @@ def write_curves(run_dir: str, out_dir: str | None = None) -> dict:
   curves = run_curves(run_dir)
   train, evaluation, names = curves["train"], curves["evaluation"], curves["models"]
   panels = 3 if evaluation["series"] else 2
-  plt, fig, axes = _figure(5, 3.6, panels)
+  plt, fig, axes = figures.panels(5, 3.6, panels)
   if train["step"]:
     _plot_lines(axes[0], train["step"], "", train["loss"], names)
     _plot_lines(axes[1], train["step"], "", train["accuracy"] * 100, names)
@@ -1166,7 +1151,7 @@ def write_curves(run_dir: str, out_dir: str | None = None) -> dict:
   out_dir = out_dir or run_dir
   os.makedirs(out_dir, exist_ok=True)
   path = os.path.join(out_dir, CURVES_FILE)
-  _save(plt, fig, path)
+  figures.save(plt, fig, path)
   steps = train["step"] or evaluation["step"]
   text = (f"{len(train['step'])} log records and {len(evaluation['step'])} evaluations "
           f"(steps {min(steps)}-{max(steps)}) of {len(names)} model(s): {path}")
