@@ -14,6 +14,7 @@ import sys
 import numpy as np
 import pytest
 
+from configs import latin_square as ito_config
 from experiments.analysis import ito as ia
 from experiments.analysis import ito_tables as ito_report
 from experiments.training import jobs as sweep
@@ -181,6 +182,19 @@ def test_paper_numbers_match_their_sources():
     line = [l for l in section.splitlines() if l.startswith(f"| {name} |")][0]
     for key in paper["short_training"]["columns"]:
       assert _pair(row[key]) in line, (label, key)
+  # The per-seed values (the same CSVs, epoch 200) give the rows' means and SDs.
+  per_seed = paper["short_training"]["per_seed"]
+  assert list(per_seed) == list(paper["short_training"]["rows"])
+  for label, models in per_seed.items():
+    assert models["seeds"] == [s for s in ito_config.SEEDS if s in models["seeds"]]
+    assert len(models["seeds"]) == (14 if label == "learn-0.1" else 15), label
+    for key in ("validation_e200", "train_e200"):
+      values = models[key]
+      assert len(values) == len(models["seeds"]) and all(0 <= v <= 1 for v in values)
+      mean, sd = paper["short_training"]["rows"][label][key]
+      assert abs(np.mean(values) - mean) <= 5e-4, (label, key)
+      if sd is not None:
+        assert abs(np.std(values, ddof=1) - sd) <= 5e-4, (label, key)
   for label, row in paper["table4"]["rows"].items():
     sigma = float(label.split("-")[1])
     line = (f"{sigma:.3f} {row['adam'][0]:.3f} {row['adam'][1]:.3f} "
@@ -306,9 +320,12 @@ def test_report_renders_fixture_runs_with_missing_cells(tmp_path):
   assert text.endswith("(figures/validation_epoch200.png)\n")
   points = ito_report.Report(ia.find_runs(str(sweep_dir)), paper, None, 200).validation_points()
   rows = paper["short_training"]["rows"]
+  models = paper["short_training"]["per_seed"]
   assert points == {
-      "2d_fixed": {"ours": [0.90, 0.95], "paper": rows["2d_fixed"]["validation_e200"]},
-      "learn-1.0": {"ours": [0.80, 0.90], "paper": rows["learn-1.0"]["validation_e200"]}}
+      "2d_fixed": {"ours": [0.90, 0.95], "paper": rows["2d_fixed"]["validation_e200"],
+                   "paper_models": models["2d_fixed"]["validation_e200"]},
+      "learn-1.0": {"ours": [0.80, 0.90], "paper": rows["learn-1.0"]["validation_e200"],
+                    "paper_models": models["learn-1.0"]["validation_e200"]}}
   assert points["2d_fixed"]["paper"] == [0.938, 0.130]
   # At epoch 4000 no Adam run has a value: no figure, no link.
   assert "![" not in dispatched["text"]

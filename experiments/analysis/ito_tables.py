@@ -299,7 +299,8 @@ class Report:
     """What the report's figure draws: for each encoding of the paper's shorter-training
     table (B7.3a, Adam) and our other runs of that optimizer setting that have a value at
     the report's epoch, {"ours": the validation accuracy of each model that did not
-    diverge, "paper": the authors' [mean, SD] at that epoch, or None}."""
+    diverge, "paper": the authors' [mean, SD] at that epoch, or None, "paper_models":
+    each of the authors' models at that epoch (B7.3a's per-seed values), or None}."""
     table = self.paper["short_training"]
     protocol = table["protocol"]
     key = f"validation_e{self.epoch:g}"
@@ -308,33 +309,46 @@ class Report:
       run = self.run(protocol, label)
       ours_values = [] if run is None else run.kept("validation", self.epoch)[0]
       if ours_values:
-        points[label] = {"ours": ours_values,
-                         "paper": (table["rows"].get(label) or {}).get(key)}
+        points[label] = {
+            "ours": ours_values, "paper": (table["rows"].get(label) or {}).get(key),
+            "paper_models": (table.get("per_seed", {}).get(label) or {}).get(key)}
     return points
 
   def write_figure(self, path: str) -> Optional[dict]:
-    """Draws `validation_points` (one dot a seed, our mean ± SD, the authors' mean ± SD)
+    """Draws `validation_points` (a dot a model, and mean ± SD, ours and the authors')
     to `path`; returns the points, or None (nothing drawn) when no run has a value."""
     points = self.validation_points()
     if not points:
       return None
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     plt, fig, (ax,) = figures.panels(width=max(6.0, 1.1 * len(points) + 2), height=4.5)
+    legend = set()
+
+    def once(name):  # Each kind of mark in the legend once.
+      seen = name in legend
+      legend.add(name)
+      return None if seen else name
+
+    def draw(x, values, summary, color, marker, who):
+      if values:
+        spread = np.linspace(-0.08, 0.08, len(values)) if len(values) > 1 else np.zeros(1)
+        ax.scatter(x + spread, values, s=14, color=color, alpha=0.6, marker=marker,
+                   label=once(f"{who}, one model"))
+      if summary is not None:
+        ax.errorbar(x, summary[0], yerr=summary[1], fmt=marker, color=color, capsize=4,
+                    markersize=7, label=once(f"{who}, mean ± SD"))
+
+    ticks = []
     for x, (label, point) in enumerate(points.items()):
       values = point["ours"]
-      spread = np.linspace(-0.08, 0.08, len(values)) if len(values) > 1 else [0.0]
-      ax.scatter(x - 0.15 + np.asarray(spread), values, s=14, color="C0", alpha=0.6,
-                 label="ours, one model" if x == 0 else None)
-      sd = np.std(values, ddof=1) if len(values) > 1 else 0.0
-      ax.errorbar(x - 0.15, np.mean(values), yerr=sd, fmt="o", color="C0", capsize=4,
-                  markersize=7, label="ours, mean ± SD" if x == 0 else None)
-      paper = point["paper"]
-      if paper and paper[0] is not None:
-        ax.errorbar(x + 0.15, paper[0], yerr=paper[1] or 0.0, fmt="s", color="C1",
-                    capsize=4, markersize=7,
-                    label="the authors, mean ± SD" if x == 0 else None)
-    ax.set_xticks(range(len(points)), [f"{l}\n({len(p['ours'])} seeds)"
-                                       for l, p in points.items()], fontsize=8)
+      draw(x - 0.15, values, (np.mean(values), np.std(values, ddof=1) if len(values) > 1
+                              else 0.0), "C0", "o", "ours")
+      paper, models = point["paper"], point["paper_models"]
+      draw(x + 0.15, models, None if not paper or paper[0] is None
+           else (paper[0], paper[1] or 0.0), "C1", "s", "the authors")
+      ticks.append(f"{label}\n(ours {len(values)}" + (f", theirs {len(models)})" if models
+                                                       else ")"))
+    ax.set_xticks(range(len(points)), ticks, fontsize=8)
     ax.set_ylabel("validation accuracy (the 108 puzzles)")
     ax.set_ylim(-0.02, 1.02)
     ax.set_title(f"Epoch {self.epoch:g}: ours beside the authors' (SPEC-EXTENSIONS B7.3a)",
