@@ -27,6 +27,8 @@ if os.environ.get("RANDOMIZED_PE_TEST_XLA_DEFAULTS", "") not in ("1", "true"):
 
 # Eager one-op programs (thousands in the reference implementations) are not written.
 _MIN_COMPILE_SECONDS = 0.2
+# This run's temporary cache folder when pytest's cache provider is off (see below).
+_RUN_CACHE_ENV = "RANDOMIZED_PE_TEST_RUN_CACHE"
 
 
 def pytest_configure(config):
@@ -35,8 +37,14 @@ def pytest_configure(config):
   if compile_cache.resolve() is None:
     return  # Turned off on purpose (RANDOMIZED_PE_COMPILATION_CACHE=off): leave it off.
   cache = getattr(config, "cache", None)
-  folder = (str(cache.mkdir("jax-compilation-cache")) if cache is not None
-            else tempfile.mkdtemp(prefix="jax-compilation-cache-"))
+  if cache is not None:
+    folder = str(cache.mkdir("jax-compilation-cache"))
+  else:
+    # Without the cache provider, one temporary folder for the whole run: made by the
+    # first process (pytest-xdist's controller) and inherited by its workers, so that they
+    # share it as they share .pytest_cache's folder otherwise.
+    folder = os.environ.get(_RUN_CACHE_ENV) or tempfile.mkdtemp(prefix="jax-compilation-cache-")
+    os.environ[_RUN_CACHE_ENV] = folder
   os.environ[compile_cache.ENV] = folder
   # Whole executables (compile_cache.Program) stay off in this process: tests monkeypatch
   # project code, which their key cannot see. Entry points started as subprocesses use them.

@@ -422,8 +422,10 @@ def test_analysis_entry_point_end_to_end(tmp_path):
   config = json.loads((sweep_dir / "stopped" / "config.json").read_text())
   config["model"]["pe"] = "nope"
   (sweep_dir / "stopped" / "config.json").write_text(json.dumps(config))
+  # --recompute: these runs have no job inputs files, so it changes nothing here; its
+  # command line is tested here (tests/test_ito_sweep.py calls the analysis in process).
   out = _cli("experiments.ito_analysis", f"--sweep_dir={sweep_dir}", "--noise_sds=0,0.5",
-             "--reference=learn-0.2", timeout=600)
+             "--reference=learn-0.2", "--recompute", timeout=600)
   assert out.returncode == 0, out.stderr[-3000:]
   assert "skipping 1 unfinished run(s)" in out.stderr and str(sweep_dir / "stopped") in out.stderr
   assert f"| {other} | 2 |" in out.stdout

@@ -6,8 +6,6 @@ results folder)."""
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,12 +14,9 @@ from configs import ito_sweep
 from configs import latin_square
 from experiments.analysis import ito as ia
 from experiments.analysis import ito_tables as ito_report
+from experiments.analysis import tables
 from experiments.training import loop
 from experiments.training import jobs as sweep
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": ROOT}
-
 
 def test_jobs_are_single_models_seed_major_and_validate(tmp_path):
   jobs = sweep.make_jobs(ito_sweep.get_config(), str(tmp_path))  # Validates every job.
@@ -54,11 +49,6 @@ def _tiny_sweep(num_seeds=2, encodings=("2d_fixed", "learn-0.2")):
   return config
 
 
-def _cli(module, *args, timeout=600):
-  return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, env=ENV,
-                        capture_output=True, text=True, timeout=timeout)
-
-
 def test_tiny_sweep_end_to_end_merged_runs_and_committed_folder(tmp_path, monkeypatch):
   sweep_dir = tmp_path / "ito"
   config = _tiny_sweep()
@@ -73,6 +63,11 @@ def test_tiny_sweep_end_to_end_merged_runs_and_committed_folder(tmp_path, monkey
                                                 ("learn-0.2", (2235, 6312))]
   assert [os.path.basename(w) for w in runs[1].workdirs] == ["learn-0.2-s2235",
                                                             "learn-0.2-s6312"]
+  # A one-job sweep of this sweep's first job, checkpoints included (the job's config is
+  # the same): _missing_inputs_file_is_written_from_checkpoints_without_training's.
+  shutil.copytree(sweep_dir / "latin_square" / "learn-0.2-s2235",
+                  tmp_path / "ito1" / "latin_square" / "learn-0.2-s2235")
+  _missing_inputs_file_is_written_from_checkpoints_without_training(tmp_path / "ito1")
 
   # The same seeds as one grid (one program): the merged run's models equal it.
   grid = latin_square.get_config("encoding=learn,sigma=0.2,scale=small,seeds=2")
@@ -89,9 +84,11 @@ def test_tiny_sweep_end_to_end_merged_runs_and_committed_folder(tmp_path, monkey
   assert (merged.predictions == alone.predictions).mean() > 0.97
   assert np.abs(merged.noise - alone.noise).max() <= 0.03  # The same noise per seed.
 
-  # The analysis and the report of the sweep folder (experiments.report dispatches).
-  out = _cli("experiments.ito_analysis", f"--sweep_dir={sweep_dir}", "--recompute")
-  assert out.returncode == 0, out.stderr[-3000:]
+  # The analysis and the report of the sweep folder (experiments.report dispatches), in
+  # this process: their command lines are tests/test_ito_analysis.py's (ito_analysis, also
+  # --recompute) and tests/test_reliability2.py's (report --sweep_dir).
+  ia.write_analysis(ia.find_runs(str(sweep_dir)), str(sweep_dir / "ito_analysis"),
+                    recompute=True)
   analysis_path = sweep_dir / "ito_analysis" / "analysis.json"
   with_checkpoints = json.loads(analysis_path.read_text())
   record = with_checkpoints["runs"]["learn-0.2"]
@@ -101,8 +98,8 @@ def test_tiny_sweep_end_to_end_merged_runs_and_committed_folder(tmp_path, monkey
                        .read_text())["models"][0]["accuracy"]["validation"]["overall"]
             for s in (2235, 6312)]
   assert record["validation_accuracy"]["per_seed"] == finals
-  report = _cli("experiments.report", f"--sweep_dir={sweep_dir}")
-  assert report.returncode == 0, report.stderr[-3000:]
+  report = tables.write_report(str(sweep_dir))
+  assert report["kind"] == "ito"
   text = (sweep_dir / "report" / "report.md").read_text()
   mean, sd = np.mean(finals), np.std(finals, ddof=1)
   epoch = 2 / 64
@@ -148,12 +145,13 @@ def test_tiny_sweep_end_to_end_merged_runs_and_committed_folder(tmp_path, monkey
     ia.find_runs(str(sweep_dir))
 
 
-def test_missing_inputs_file_is_written_from_checkpoints_without_training(tmp_path):
-  sweep_dir = tmp_path / "ito"
+def _missing_inputs_file_is_written_from_checkpoints_without_training(sweep_dir):
+  """sweep_dir: the finished one-job sweep of _tiny_sweep(1, ("learn-0.2",)), checkpoints
+  included (the end-to-end test above trains it as a job of its own sweep)."""
   config = _tiny_sweep(num_seeds=1, encodings=("learn-0.2",))
-  sweep.run_sweep(config, str(sweep_dir))
   (job,) = sweep.make_jobs(config, str(sweep_dir))
-  metrics = (tmp_path / "ito" / "latin_square" / "learn-0.2-s2235" / "metrics.jsonl")
+  assert sweep.job_status(job) == (True, None)
+  metrics = (sweep_dir / "latin_square" / "learn-0.2-s2235" / "metrics.jsonl")
   before = metrics.read_text()
   os.remove(os.path.join(job.workdir, ia.JOB_INPUTS))
   finished, why = sweep.job_status(job)

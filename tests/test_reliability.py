@@ -4,6 +4,7 @@ import copy
 import glob
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -83,9 +84,9 @@ def test_rejected_settings_write_nothing_and_the_corrected_run_is_accepted(tmp_p
   assert result["step"] == 2
 
 
-def test_identity_steps_and_missing_config_are_refused_without_writing(tmp_path):
-  run = str(tmp_path / "run")
-  loop.train_and_evaluate(tiny_config(steps=4), run)
+def _identity_steps_and_missing_config_are_refused_without_writing(run):
+  """run: a finished run of tiny_config(steps=4) (trained by the truncated-checkpoint test
+  below, which shares it)."""
   before = {f: os.path.getmtime(os.path.join(run, f)) for f in ("config.json", "eval.json")}
   with pytest.raises(ValueError, match=r"holds another run \(training.learning_rate: "
                      r"0.001 -> 0.0005\)"):
@@ -145,6 +146,9 @@ def test_a_truncated_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, 
   old_umask = os.umask(0o022)
   try:
     loop.train_and_evaluate(tiny_config(steps=4), run)  # Checkpoints 2 and 4.
+    # The same run, copied, for the identity test (one training for both).
+    shutil.copytree(run, str(tmp_path / "identity"))
+    _identity_steps_and_missing_config_are_refused_without_writing(str(tmp_path / "identity"))
     data_files = [p for p in glob.glob(os.path.join(run, "checkpoints", "4", "**"),
                                        recursive=True)
                   if os.path.isfile(p) and os.path.getsize(p) > 1000]

@@ -54,10 +54,13 @@ def _must_not_run(config_dict, workdir):
 
 
 def test_small_files_are_a_finished_sweep_and_a_report(tmp_path):
+  # One sweep for two tests (each trains two jobs): this one, then on a copy of the same
+  # committed folder _a_job_whose_settings_differ_from_its_files_is_not_skipped.
   config = _config()
   sweep_dir = str(tmp_path / "results" / "exp")
   assert not sweep.run_sweep(config, sweep_dir).failed
   _as_committed(sweep_dir)
+  shutil.copytree(sweep_dir, str(tmp_path / "exp"))
   assert sorted(os.listdir(os.path.join(sweep_dir, "reverse_string", "relative"))) == sorted(
       SMALL_FILES)
   again = sweep.run_sweep(config, sweep_dir, job_fn=_must_not_run)
@@ -69,6 +72,7 @@ def test_small_files_are_a_finished_sweep_and_a_report(tmp_path):
   assert set(out["training"]) == {("reverse_string", "relative"),
                                   ("reverse_string", "randomized_relative")}
   assert all(v is not None for v in out["training"].values())
+  _a_job_whose_settings_differ_from_its_files_is_not_skipped(str(tmp_path / "exp"))
 
 
 def test_the_ordering_figure_draws_every_cell_of_the_ordering_rows(tmp_path):
@@ -95,11 +99,8 @@ def test_the_ordering_figure_draws_every_cell_of_the_ordering_rows(tmp_path):
                      ("b", "relative"): (50.0, None), ("b", "sin_cos"): (30.0, 20.0)}
 
 
-def test_a_job_whose_settings_differ_from_its_files_is_not_skipped(tmp_path):
-  config = _config()
-  sweep_dir = str(tmp_path / "exp")
-  sweep.run_sweep(config, sweep_dir)
-  _as_committed(sweep_dir)
+def _a_job_whose_settings_differ_from_its_files_is_not_skipped(sweep_dir):
+  """A finished sweep of _config(), as committed: a job of other settings is not skipped."""
   changed = _config()
   changed.training.learning_rate = 3e-3  # Identity: the model differs.
   changed.grid.learning_rates = ()
