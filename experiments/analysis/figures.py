@@ -5,6 +5,8 @@ that importing a report module stays cheap for the tables-only paths.
 """
 from __future__ import annotations
 
+FOLDER = "figures"  # A report's figures are in OUT_DIR/figures.
+
 
 def panels(width=7, height=4, ncols=1, nrows=1):
   """A figure of nrows x ncols panels, each width x height inches: (plt, fig, axes in

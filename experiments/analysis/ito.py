@@ -24,6 +24,7 @@ from scipy import stats
 from scipy.spatial import distance
 
 from configs import latin_square
+from experiments.analysis import figures
 from experiments.storage import checkpoints as checkpoints_lib
 from experiments.storage import io_utils
 from experiments.training import data
@@ -965,7 +966,8 @@ def write_analysis(runs: Sequence[RunInfo], out_dir: str, **settings) -> dict:
   result, models = analyse(runs, **settings)
   os.makedirs(out_dir, exist_ok=True)
   result["figures"] = [os.path.relpath(p, out_dir)
-                       for p in write_figures(result, models, os.path.join(out_dir, "figures"))]
+                       for p in write_figures(result, models,
+                                              os.path.join(out_dir, figures.FOLDER))]
   io_utils.write_json(os.path.join(out_dir, "analysis.json"), result)
   return result
 

@@ -19,7 +19,6 @@ PAPER_RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__f
                              "paper_numbers",
                              "ito2024_results.json")
 MISSING = "–"
-FIGURES = "figures"  # The report's figures, in OUT_DIR/figures.
 TABLE_EPOCH = 4000
 SHORT_EPOCHS = (200, 400, 4000)
 _TOLERANCE = 1e-6
@@ -450,10 +449,10 @@ def write_report(runs: Sequence[ito.RunInfo], out_dir: str,
   text = report.markdown()
   os.makedirs(out_dir, exist_ok=True)
   name = f"validation_epoch{epoch:g}.png"
-  figure = os.path.join(out_dir, FIGURES, name)
+  figure = os.path.join(out_dir, figures.FOLDER, name)
   if report.write_figure(figure) is not None:
     text += (f"\n![Validation accuracy at epoch {epoch:g}, ours beside the authors']"
-             f"({FIGURES}/{name})\n")
+             f"({figures.FOLDER}/{name})\n")
   elif os.path.exists(figure):  # From an earlier report of runs that are gone.
     os.remove(figure)
   io_utils.atomic_write_text(os.path.join(out_dir, "report.md"), text)

@@ -351,7 +351,7 @@ def write_variant_report(sweep_dir: str, results: dict, order, out_dir: str) -> 
   io_utils.atomic_write_text(os.path.join(out_dir, "variants.csv"),
                              variant_csv(tasks, names, cells))
   for task in tasks:
-    plot_variants(task, results, names, os.path.join(out_dir, "figures", f"{task}.png"))
+    plot_variants(task, results, names, os.path.join(out_dir, figures.FOLDER, f"{task}.png"))
   return {"kind": "variants", "tasks": tasks, "variants": names, "cells": cells,
           "table": md, "out_dir": out_dir}
 
@@ -467,7 +467,7 @@ def write_table3_report(results: dict, out_dir: str) -> dict:
       [task, v, *cells[task, v]] for task in tasks for v in TABLE3_VARIANTS])
   for task in tasks:
     plot_variants(task, results, list(TABLE3_VARIANTS),
-                  os.path.join(out_dir, "figures", f"{task}.png"))
+                  os.path.join(out_dir, figures.FOLDER, f"{task}.png"))
   return {"kind": "table3", "tasks": tasks, "cells": cells, "gains": gains, "table": md,
           "text": md}
 
@@ -696,7 +696,7 @@ def write_table5_report(results: dict, out_dir: str) -> dict:
   md = "\n".join(lines)
   _write_both(out_dir, "table5", md, rows)
   for task in tasks:
-    plot_task(task, results, encodings, os.path.join(out_dir, "figures", f"{task}.png"))
+    plot_task(task, results, encodings, os.path.join(out_dir, figures.FOLDER, f"{task}.png"))
   return {"kind": "table5", "tasks": tasks, "encodings": encodings, "table": md, "text": md}
 
 
@@ -832,7 +832,7 @@ def write_paper_report(sweep_dir: str, results: dict, out_dir: str, unfinished=(
   io_utils.atomic_write_text(os.path.join(out_dir, "table2.csv"),
                              table2_csv(tasks, encodings, t2))
   for task in tasks:
-    plot_task(task, results, encodings, os.path.join(out_dir, "figures", f"{task}.png"))
+    plot_task(task, results, encodings, os.path.join(out_dir, figures.FOLDER, f"{task}.png"))
   training = {(task, pe): training_value(results[task, pe]) if (task, pe) in results else None
               for task in tasks for pe in encodings}
   train_md = "\n".join(
@@ -850,7 +850,7 @@ def write_paper_report(sweep_dir: str, results: dict, out_dir: str, unfinished=(
   io_utils.atomic_write_text(os.path.join(out_dir, "ordering.md"), order_md + "\n")
   text = t1_md
   if order:
-    plot_ordering(order, os.path.join(out_dir, "figures", "ordering.png"))
+    plot_ordering(order, os.path.join(out_dir, figures.FOLDER, "ordering.png"))
     text += "\n\n" + order_md.split("\n\n")[-1]
   ours = head["ours"]
   if ours["average_gain_points"] is not None:
@@ -953,7 +953,7 @@ def write_study_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
     by_step.set(xlabel="step", ylabel="accuracy (%)", title=task, ylim=(0, 102))
     by_time.set(xlabel="training seconds", ylabel="accuracy (%)", title=task, ylim=(0, 102))
     by_time.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    figures.save(plt, fig, os.path.join(out_dir, "figures", f"{task}.png"))
+    figures.save(plt, fig, os.path.join(out_dir, figures.FOLDER, f"{task}.png"))
   return {"kind": "study", "tasks": tasks, "variants": names, "curves": curves,
           "table": md, "text": md}
 
@@ -1016,7 +1016,7 @@ def write_report(sweep_dir: str, out_dir: str | None = None, kind: str = "auto")
   out_dir = out_dir or os.path.join(sweep_dir, "report")
   if kind == "auto":
     kind = _declared_kind(sweep_dir, results)
-  os.makedirs(os.path.join(out_dir, "figures"), exist_ok=True)
+  os.makedirs(os.path.join(out_dir, figures.FOLDER), exist_ok=True)
   unfinished = unfinished_jobs(sweep_dir, results)
   if kind == "paper":
     report = write_paper_report(sweep_dir, results, out_dir, unfinished)
