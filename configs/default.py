@@ -49,6 +49,11 @@ def get_config(arg=None):
   config.training.optimizer = "adam"
   config.training.weight_decay = 0.0
   config.training.grad_clip_norm = 1.0
+  # experiments.training.steps.SCHEDULES: "constant" (the paper's), "warmup_cosine" (linear
+  # warm-up over lr_warmup_steps, then a cosine down to 0 at lr_decay_steps).
+  config.training.lr_schedule = "constant"
+  config.training.lr_warmup_steps = 0
+  config.training.lr_decay_steps = 0
   config.training.min_length = 1  # Each step draws one length uniformly from
   config.training.max_length = 40  # [min_length, max_length] for the whole batch.
   config.training.log_every = 1000

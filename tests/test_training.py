@@ -77,8 +77,12 @@ def test_resume_equals_uninterrupted_run(tmp_path):
   # interval, whose record must still average steps 4-6 as the uninterrupted run's does.
   # Evaluation during training at 3 and 6 (Figure 2's records), with the same programs
   # and batches as the final one.
+  # With a learning-rate schedule, whose update count is part of the optimizer state, so
+  # the resumed run must continue the schedule where it stopped (the constant default is
+  # every other run of the suite).
   def config(steps):
-    c = tiny_config(steps=steps, log_every=3)
+    c = tiny_config(steps=steps, log_every=3, lr_schedule="warmup_cosine",
+                    lr_warmup_steps=2, lr_decay_steps=8)
     c.evaluation.every_steps = 3
     return c
 

@@ -10,7 +10,7 @@ continues exactly as an uninterrupted one. The data stream is `experiments.train
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -91,13 +91,64 @@ OPTIMIZERS.register("sgd", Optimizer(  # Plain SGD, no momentum: torch.optim.SGD
     lambda rate, decay: optax.inject_hyperparams(optax.sgd)(learning_rate=rate)))
 
 
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+  """One choice of `training.lr_schedule`.
+
+  Attributes:
+    factor: (training settings) -> the factor of the learning rate as a function of the
+      update count (an optax schedule), or None for none (the rate is constant).
+    uses_steps: whether it reads `training.lr_warmup_steps` and `training.lr_decay_steps`.
+  """
+
+  factor: Callable[[ml_collections.ConfigDict], Optional[optax.Schedule]]
+  uses_steps: bool = False
+
+
+SCHEDULES: registry.Registry[Schedule] = registry.Registry("learning-rate schedule")
+SCHEDULES.register("constant", Schedule(lambda t: None))  # The paper's.
+# Linear from 0 to the rate over lr_warmup_steps, then half a cosine down to 0 at
+# lr_decay_steps (and 0 after it): optax.warmup_cosine_decay_schedule.
+SCHEDULES.register("warmup_cosine", Schedule(
+    lambda t: optax.warmup_cosine_decay_schedule(0.0, 1.0, t.lr_warmup_steps,
+                                                 t.lr_decay_steps, 0.0),
+    uses_steps=True))
+
+
+def _schedule_factor(t: ml_collections.ConfigDict) -> Optional[optax.Schedule]:
+  """The factor of `training.lr_schedule` (default "constant": None), after checking its
+  step settings: a one-line ValueError for an unknown schedule, a negative or non-integer
+  step count, steps given to a schedule that takes none, or a decay that does not end
+  after the warm-up."""
+  name = t.get("lr_schedule", "constant")
+  choice = SCHEDULES.get(name)
+  warmup, decay = t.get("lr_warmup_steps", 0), t.get("lr_decay_steps", 0)
+  for key, value in (("lr_warmup_steps", warmup), ("lr_decay_steps", decay)):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+      raise ValueError(f"training.{key} must be an integer >= 0, got {value!r}")
+  if not choice.uses_steps and (warmup or decay):
+    takes = [n for n in SCHEDULES.names() if SCHEDULES.get(n).uses_steps]
+    raise ValueError(f"training.lr_warmup_steps={warmup} and training.lr_decay_steps={decay} "
+                     f"need a schedule that takes them ({', '.join(takes)}), got {name!r}")
+  if choice.uses_steps and decay <= warmup:
+    raise ValueError(f"training.lr_decay_steps must be > training.lr_warmup_steps for "
+                     f"{name!r}, got {decay} and {warmup}")
+  return choice.factor(t)
+
+
 def make_optimizer(config: ml_collections.ConfigDict,
                    learning_rate=None) -> optax.GradientTransformation:
-  """Global-norm clipping (none when training.grad_clip_norm is 0), then the optimizer.
+  """Global-norm clipping (none when training.grad_clip_norm is 0), then the optimizer,
+  then the learning-rate schedule's factor.
 
   `training.optimizer` (default "adam"; `OPTIMIZERS`), with `training.weight_decay`
-  (default 0) for "adamw". Raises a one-line ValueError for an unknown optimizer or a
-  weight decay the optimizer does not take.
+  (default 0) for "adamw"; `training.lr_schedule` (default "constant": no factor, the
+  chain as it was before schedules existed; `SCHEDULES`). A schedule multiplies the
+  optimizer's update by its factor at the update count, i.e. it scales the rate (and
+  adamw's decay with it, as optax's own schedules do); the count is part of the
+  optimizer's state, so resuming continues the schedule. Raises a one-line ValueError for
+  an unknown optimizer or schedule, a weight decay the optimizer does not take, or bad
+  schedule steps.
   """
   t = config.training
   if learning_rate is None:
@@ -110,11 +161,13 @@ def make_optimizer(config: ml_collections.ConfigDict,
   if decay and not choice.weight_decay:
     raise ValueError(f"training.weight_decay={decay} needs training.optimizer='adamw', "
                      f"got {name!r}")
+  factor = _schedule_factor(t)
   clip_norm = t.grad_clip_norm
-  return optax.chain(
-      optax.clip_by_global_norm(clip_norm) if clip_norm > 0 else optax.identity(),
-      choice.make(learning_rate, decay),
-  )
+  parts = [optax.clip_by_global_norm(clip_norm) if clip_norm > 0 else optax.identity(),
+           choice.make(learning_rate, decay)]
+  if factor is not None:
+    parts.append(optax.scale_by_schedule(factor))
+  return optax.chain(*parts)
 
 
 def optimizer_for(model, config: ml_collections.ConfigDict,
