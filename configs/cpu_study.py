@@ -23,6 +23,10 @@ Settings (variant names SETTING-ENCODING):
      duplicate_string with randomized relative only (the slowest learner of the Table 1
      core: 82-87% on its training lengths at step 4,000 and 98% at 12,000 with the
      constant rate): does a decaying rate shorten the protocol?
+     Answer (26 Nov 2026): no; 89.1% on the training lengths at step 4,000, as A at the
+     same step (docs/cpu_protocol.md).
+  D  as A with half the batch (64) for the same 6,000 steps, i.e. half A's arithmetic, on
+     the same model: does the slowest learner need the steps or the examples?
 Each setting is its own sweep into the same folder (its tasks differ):
   python -m experiments.sweep --config=configs/cpu_study.py:B --sweep_dir=results/cpu_study
 Finished jobs' small files are committed under results/cpu_study/, so the sweep resumes
@@ -56,6 +60,8 @@ SETTINGS = {
           {**_A, "training.steps": 4000, "training.learning_rate": 1e-3,
            "training.lr_schedule": "warmup_cosine", "training.lr_warmup_steps": 200,
            "training.lr_decay_steps": 4000}),
+    "D": (("duplicate_string",), ("randomized_relative",),
+          {**_A, "training.batch_size": 64}),
 }
 
 
