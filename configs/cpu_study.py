@@ -27,6 +27,13 @@ Settings (variant names SETTING-ENCODING):
      same step (docs/cpu_protocol.md).
   D  as A with half the batch (64) for the same 6,000 steps, i.e. half A's arithmetic, on
      the same model: does the slowest learner need the steps or the examples?
+     Answer (26 Nov 2026): the examples; 98.1% on the training lengths and 72.8% unseen at
+     step 6,000, as A (97.4% / 72.8%) with half its arithmetic.
+  E  D's batch on odds_first's randomized relative model for 12,000 steps (A's
+     arithmetic of 6,000 steps; the Table 1 core needed 12,000 steps of batch 128 there).
+  F  D's batch on missing_duplicate_string's randomized relative model at B's lengths
+     for 12,000 steps (the Table 1 core's model did not learn its training lengths in
+     6,000 steps of batch 128: 84.4%).
 Each setting is its own sweep into the same folder (its tasks differ):
   python -m experiments.sweep --config=configs/cpu_study.py:B --sweep_dir=results/cpu_study
 Finished jobs' small files are committed under results/cpu_study/, so the sweep resumes
@@ -62,6 +69,11 @@ SETTINGS = {
            "training.lr_decay_steps": 4000}),
     "D": (("duplicate_string",), ("randomized_relative",),
           {**_A, "training.batch_size": 64}),
+    "E": (("odds_first",), ("randomized_relative",),
+          {**_A, "training.batch_size": 64, "training.steps": 12000}),
+    "F": (("missing_duplicate_string",), ("randomized_relative",),
+          {**_A, "model.max_position": 512, "training.max_length": 20,
+           "evaluation.max_length": 80, "training.batch_size": 64, "training.steps": 12000}),
 }
 
 
