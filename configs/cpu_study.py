@@ -34,9 +34,10 @@ Settings (variant names SETTING-ENCODING):
   F  D's batch on missing_duplicate_string's randomized relative model at B's lengths
      for 12,000 steps (the Table 1 core's model did not learn its training lengths in
      6,000 steps of batch 128: 84.4%).
-     Answers (26 Nov 2026): E learns as at batch 128 per step (95.7% at 12,000 steps, as
-     the Table 1 core's 95.8%); F does not learn (84.5%, unseen at chance), where B did at
-     batch 128: half the batch is not free for every task (docs/cpu_protocol.md).
+     Answers (26 Nov 2026): E learns about as at batch 128 per step (83.3% at 6,000 steps
+     against A's 84.7%; 95.7% at 12,000); F does not learn (84.5%, unseen at chance),
+     where B did at batch 128: half the batch is not free for every task
+     (docs/cpu_protocol.md).
 Each setting is its own sweep into the same folder (its tasks differ):
   python -m experiments.sweep --config=configs/cpu_study.py:B --sweep_dir=results/cpu_study
 Finished jobs' small files are committed under results/cpu_study/, so the sweep resumes
