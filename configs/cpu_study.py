@@ -38,6 +38,7 @@ Settings (variant names SETTING-ENCODING):
      against A's 84.7%; 95.7% at 12,000); F does not learn (84.5%, unseen at chance),
      where B did at batch 128: half the batch is not free for every task
      (docs/cpu_protocol.md).
+  D12, E12  D and E with seeds 1 and 2 (one grid each): do the other seeds agree?
 Each setting is its own sweep into the same folder (its tasks differ):
   python -m experiments.sweep --config=configs/cpu_study.py:B --sweep_dir=results/cpu_study
 Finished jobs' small files are committed under results/cpu_study/, so the sweep resumes
@@ -75,6 +76,10 @@ SETTINGS = {
           {**_A, "training.batch_size": 64}),
     "E": (("odds_first",), ("randomized_relative",),
           {**_A, "training.batch_size": 64, "training.steps": 12000}),
+    "D12": (("duplicate_string",), ("randomized_relative",),
+            {**_A, "training.batch_size": 64, "grid.seeds": (1, 2)}),
+    "E12": (("odds_first",), ("randomized_relative",),
+            {**_A, "training.batch_size": 64, "training.steps": 12000, "grid.seeds": (1, 2)}),
     "F": (("missing_duplicate_string",), ("randomized_relative",),
           {**_A, "model.max_position": 512, "training.max_length": 20,
            "evaluation.max_length": 80, "training.batch_size": 64, "training.steps": 12000}),

@@ -23,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "results")
 # results/<folder> -> the sweep config that made it, its config arguments and the
 # command line's overrides (the folder the README's commands name).
-COMMITTED = {"cpu_study": ("configs.cpu_study", ("A", "B", "C", "D", "E", "F")),
+COMMITTED = {"cpu_study": ("configs.cpu_study", ("A", "B", "C", "D", "E", "F", "D12", "E12")),
              "table1_cpu": ("configs.table1", ("scale=cpu",)),
              "su_cpu": ("configs.su", ("scale=cpu",)),
              "table3_cpu": ("configs.table3", ("scale=cpu",))}
