@@ -39,6 +39,8 @@ Settings (variant names SETTING-ENCODING):
      where B did at batch 128: half the batch is not free for every task
      (docs/cpu_protocol.md).
   D12, E12  D and E with seeds 1 and 2 (one grid each): do the other seeds agree?
+     Answers (26 Nov 2026): for duplicate_string yes (97.7%, 94.5%); odds_first 93.8% and
+     94.3% at 12,000 steps, a little below batch 128's grid (97.1%).
 Each setting is its own sweep into the same folder (its tasks differ):
   python -m experiments.sweep --config=configs/cpu_study.py:B --sweep_dir=results/cpu_study
 Finished jobs' small files are committed under results/cpu_study/, so the sweep resumes
