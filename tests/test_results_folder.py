@@ -230,8 +230,11 @@ def test_committed_results_match_the_config_that_made_them(folder):
     return made
 
   jobs = {job.name: job for arg in args for job in sweep.make_jobs(config(arg), sweep_dir)}
+  # Folders moved aside (JOB.replaced-WHEN, by --rerun_changed or by hand, kept as the
+  # record of an earlier protocol) are not results: the report skips them too.
   committed = [os.path.relpath(os.path.dirname(p), sweep_dir)
-               for p in glob.glob(os.path.join(sweep_dir, "*", "*", "eval.json"))]
+               for p in glob.glob(os.path.join(sweep_dir, "*", "*", "eval.json"))
+               if ".replaced-" not in p]
   if not committed:
     pytest.skip(f"no finished job committed under results/{folder} yet")
   for name in committed:

@@ -66,6 +66,15 @@ def _without(d, paths, prefix=""):
           for k, v in d.items() if f"{prefix}{k}" not in paths}
 
 
+# The tasks whose steps or batch differ from the scale's 6,000 steps of batch 128, written
+# out here rather than read from scales.CPU_TASK_OVERRIDES, so that a change there fails.
+CPU_STEPS_AND_BATCH = {"odds_first": (12000, 128), "duplicate_string": (6000, 64)}
+
+
+def _steps_and_batch(job_config):
+  return job_config["training"]["steps"], job_config["training"]["batch_size"]
+
+
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_cpu_scale_resolves_to_the_protocol(name, tmp_path):
   jobs = sweep.make_jobs(importlib.import_module(f"configs.{name}").get_config("scale=cpu"),
@@ -86,9 +95,8 @@ def test_cpu_scale_resolves_to_the_protocol(name, tmp_path):
     assert big_l >= data.sequence_length(tasks.get(job.task), m), job.name
     assert (c["model"]["num_layers"], c["model"]["d_model"], c["model"]["num_heads"]) == (5, 64, 8)
     assert len(c["grid"]["seeds"]) >= 3 and len(set(c["grid"]["seeds"])) == len(c["grid"]["seeds"])
-    # The scale's steps, twice as many for the tasks that need them (CPU_TASK_OVERRIDES).
-    longer = job.task in ("odds_first", "duplicate_string")
-    assert c["training"]["steps"] == scales.CPU_STEPS * (2 if longer else 1), job.name
+    # The scale's steps and batch, where a task needs others (CPU_TASK_OVERRIDES).
+    assert _steps_and_batch(c) == CPU_STEPS_AND_BATCH.get(job.task, (6000, 128)), job.name
 
 
 def test_cpu_table1_core_is_seven_tasks_by_three_pairs():
@@ -113,8 +121,7 @@ def test_cpu_task_overrides_reach_only_their_task():
       assert got == (20, 80, 512), job.name
     else:
       assert got == (scales.CPU_MAX_LENGTH, scales.CPU_TEST_LENGTH, scales.CPU_MAX_POSITION)
-    steps = 2 * scales.CPU_STEPS if job.task in ("odds_first", "duplicate_string") else 6000
-    assert c["training"]["steps"] == steps, job.name
+    assert _steps_and_batch(c) == CPU_STEPS_AND_BATCH.get(job.task, (6000, 128)), job.name
 
 
 def test_task_overrides_come_before_variants_and_refuse_unknown_tasks():
