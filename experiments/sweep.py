@@ -13,7 +13,9 @@ experiments/training/jobs.py, made from the job's checkpoints, e.g. the inputs o
 experiments.ito_analysis). Re-running the command skips finished jobs and
 resumes unfinished ones from their checkpoints, so a sweep survives a dead
 worker or a killed driver; --dry_run prints what a run would do with each job
-and changes nothing. Executors:
+and changes nothing. --reuse_from=FOLDER copies a finished job of another sweep folder
+whose settings equal those of a job that has not started (the copy's reused_from.json
+names its source) instead of training it again. Executors:
   local (default): jobs in sequence, or --workers=N processes at once; a worker
       that dies is restarted on its job (up to --max_retries times).
   ray: one Ray task per job on an existing cluster (--ray_address) or a local
@@ -40,7 +42,8 @@ def main(argv):
   try:
     cli.check_shadowed(config, sys.argv)
     if _DRY_RUN.value:
-      planned = jobs.plan(config, _SWEEP_DIR.value, rerun_changed=_RERUN_CHANGED.value)
+      planned = jobs.plan(config, _SWEEP_DIR.value, rerun_changed=_RERUN_CHANGED.value,
+                          reuse_from=_REUSE_FROM.value)
       for job, action, detail in planned:
         print(f"{action:<11} {job.name}: {detail}")
       counts = collections.Counter(action for _, action, _ in planned)
@@ -50,7 +53,8 @@ def main(argv):
     progress = jobs.run_sweep(config, _SWEEP_DIR.value, _EXECUTOR.value, _WORKERS.value,
                          _RAY_ADDRESS.value, _GPUS.value, _RETRIES.value,
                          rerun_changed=_RERUN_CHANGED.value,
-                         commit_results=_COMMIT_RESULTS.value)
+                         commit_results=_COMMIT_RESULTS.value,
+                         reuse_from=_REUSE_FROM.value)
   except ValueError as e:
     cli.fail(cli.one_line(e))
   except jobs.SweepInterrupted:
@@ -93,4 +97,9 @@ if __name__ == "__main__":
       "commit_results", False, "Commit each finished job's small files (config.json, "
       "eval.json, metrics.jsonl, its job outputs; never checkpoints) to the git repository "
       "holding SWEEP_DIR as the job finishes (experiments/storage/results_git.py).")
+  _REUSE_FROM = flags.DEFINE_list(
+      "reuse_from", [], "Sweep folders (comma-separated) whose finished jobs are copied "
+      "instead of trained again when a job of this sweep has the same settings and has "
+      "not started (e.g. Table 3's sorted jobs from Table 1's randomized_sin_cos ones); "
+      "the copy's reused_from.json names its source.")
   cli.run(main)

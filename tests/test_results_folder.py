@@ -4,6 +4,7 @@ as a fresh clone of results/ has them) is read by the sweep as finished and by t
 report, and a job whose settings differ from its files is not skipped."""
 import glob
 import importlib
+import json
 import os
 import shutil
 import subprocess
@@ -73,6 +74,8 @@ def test_small_files_are_a_finished_sweep_and_a_report(tmp_path):
                                   ("reverse_string", "randomized_relative")}
   assert all(v is not None for v in out["training"].values())
   _a_job_whose_settings_differ_from_its_files_is_not_skipped(str(tmp_path / "exp"))
+  _a_finished_job_of_another_folder_with_the_same_settings_is_copied(str(tmp_path / "exp"),
+                                                                     tmp_path / "other")
 
 
 def test_the_ordering_figure_draws_every_cell_of_the_ordering_rows(tmp_path):
@@ -116,6 +119,56 @@ def _a_job_whose_settings_differ_from_its_files_is_not_skipped(sweep_dir):
   calls = []
   sweep.run_sweep(longer, sweep_dir, job_fn=lambda c, w: calls.append(w))
   assert len(calls) == 2
+
+
+def _a_finished_job_of_another_folder_with_the_same_settings_is_copied(source, other):
+  """`reuse_from`: a job that has not started, whose settings equal those of a finished
+  job of another folder (under another variant name, as Table 3's "sorted" is Table 1's
+  randomized_sin_cos), is copied, not trained; jobs of other settings, jobs already
+  started and folders that do not exist are not."""
+  config = _config()
+  config.sweep.encodings = ()
+  config.sweep.variants = (
+      ("sorted", {"model.pe": "randomized_relative"}),
+      ("unsorted", {"model.pe": "randomized_relative", "training.positions": "unsorted"}))
+  sweep_dir = str(other / "exp")
+  assert [(j.name, a) for j, a, _ in sweep.plan(config, sweep_dir, reuse_from=[source])] == [
+      ("reverse_string/sorted", "reuse"), ("reverse_string/unsorted", "start")]
+  assert not other.exists()  # The plan writes nothing.
+  with pytest.raises(ValueError, match=r"^--reuse_from: '.*nowhere' is not a folder"):
+    sweep.run_sweep(config, sweep_dir, reuse_from=[str(other / "nowhere")])
+  assert not other.exists()
+  trained, committed = [], []
+  committer = results_git.Committer
+  try:  # The copy is committed as a finished job is (--commit_results).
+    results_git.Committer = lambda: (lambda *job: committed.append(job))
+    progress = sweep.run_sweep(config, sweep_dir, reuse_from=[source], commit_results=True,
+                               job_fn=lambda c, w: trained.append(w))
+  finally:
+    results_git.Committer = committer
+  copy = os.path.join(sweep_dir, "reverse_string", "sorted")
+  original = os.path.join(source, "reverse_string", "randomized_relative")
+  assert trained == [os.path.join(sweep_dir, "reverse_string", "unsorted")]
+  assert committed[0] == (copy, "reverse_string/sorted", [])
+  assert progress.done == 2 and not progress.failed
+  assert sorted(os.listdir(copy)) == sorted(SMALL_FILES | {sweep.REUSED_FROM})
+  for name in SMALL_FILES:
+    with open(os.path.join(copy, name), "rb") as a, open(os.path.join(original, name), "rb") as b:
+      assert a.read() == b.read(), name
+  note = json.load(open(os.path.join(copy, sweep.REUSED_FROM)))
+  assert os.path.realpath(os.path.join(copy, note["source"])) == os.path.realpath(original)
+  assert sorted(note["files"]) == sorted(SMALL_FILES)
+  assert [a for _, a, _ in sweep.plan(config, sweep_dir, reuse_from=[source])][0] == "skip"
+  # Other steps than the source's: no reuse; nor into a folder a run has started in.
+  longer = config.copy_and_resolve_references()
+  longer.training.steps = 6
+  assert [a for _, a, _ in sweep.plan(longer, str(other / "b"), reuse_from=[source])] == [
+      "start", "start"]
+  started = other / "c" / "reverse_string" / "sorted"
+  started.mkdir(parents=True)
+  (started / "metrics.jsonl").write_text("")
+  assert [a for _, a, _ in sweep.plan(config, str(other / "c"), reuse_from=[source])] == [
+      "start", "start"]
 
 
 def test_the_plan_says_what_a_run_would_do_and_writes_nothing(tmp_path):

@@ -2,7 +2,8 @@
 results travel with the code that made them and a sweep of many sessions resumes from
 any fresh clone (issue 25; `experiments.sweep --commit_results`).
 
-A job's small files: config.json, eval.json, metrics.jsonl and the files its
+A job's small files: config.json, eval.json, metrics.jsonl (reused_from.json in a job
+copied from another folder's) and the files its
 `sweep.job_outputs` name (experiments/training/jobs.py). Checkpoints, event files and logs are
 never committed (the repository's .gitignore also keeps them out of results/). The
 commit holds those files only (`git commit --only`), whatever else is staged. A lock
@@ -16,7 +17,8 @@ import os
 import subprocess
 import time
 
-SMALL_FILES = ("config.json", "eval.json", "metrics.jsonl")
+# reused_from.json: in a job copied from another sweep folder's (`--reuse_from`), its source.
+SMALL_FILES = ("config.json", "eval.json", "metrics.jsonl", "reused_from.json")
 
 
 def job_files(workdir: str, outputs=()) -> list[str]:

@@ -9,10 +9,12 @@ from collections.abc import Mapping
 import copy
 import ctypes
 import dataclasses
+import glob
 import importlib
 import multiprocessing
 import os
 import re
+import shutil
 import signal
 import sys
 import time
@@ -274,6 +276,63 @@ def is_finished(job: Job) -> bool:
   return job_status(job)[0]
 
 
+# A job whose settings equal those of a finished job in another sweep folder
+# (`--reuse_from`) is copied from it instead of trained again: e.g. the "sorted" jobs of
+# configs/table3.py are configs/table1.py's randomized_sin_cos jobs at the same scale (the
+# paper also takes that column of its Table 3 from its Table 1). The copy holds the
+# source's small files and REUSED_FROM, which names the source folder.
+REUSED_FROM = "reused_from.json"
+
+
+def check_reuse_folders(folders) -> list[str]:
+  """The `--reuse_from` folders, each an existing folder; ValueError (one line) otherwise."""
+  for folder in folders:
+    if not os.path.isdir(folder):
+      raise ValueError(f"--reuse_from: {folder!r} is not a folder (a sweep folder whose "
+                       "finished jobs may be reused)")
+  return list(folders)
+
+
+def find_reusable(job: Job, folders) -> str | None:
+  """The folder of a finished job in one of `folders` (sweep folders: FOLDER/TASK/NAME)
+  with `job`'s task, identity, evaluation settings and steps, and every file its
+  `sweep.job_outputs` names; None if there is none, or if `job`'s own folder holds
+  anything (a started run is resumed, not replaced)."""
+  if os.path.exists(job.workdir) and os.listdir(job.workdir):
+    return None
+  for folder in folders:
+    for candidate in sorted(glob.glob(os.path.join(folder, job.task, "*"))):
+      if (".replaced-" in os.path.basename(candidate) or not os.path.isdir(candidate)
+          or os.path.realpath(candidate) == os.path.realpath(job.workdir)):
+        continue
+      other = dataclasses.replace(job, workdir=candidate)
+      if _trained_status(other)[0] and not _missing_outputs(other):
+        return candidate
+  return None
+
+
+def reuse(job: Job, source: str) -> None:
+  """Copies the small files of the finished job in `source` into `job.workdir`, with
+  REUSED_FROM naming `source` (relative to the job's folder). The folder appears whole or
+  not at all (assembled beside it, then renamed)."""
+  outputs = [file for _, _, file in _job_outputs(job.config)]
+  staging = f"{job.workdir}.reusing"
+  shutil.rmtree(staging, ignore_errors=True)
+  os.makedirs(staging)
+  copied = []
+  for path in results_git.job_files(source, outputs):
+    name = os.path.basename(path)
+    if name != REUSED_FROM:
+      shutil.copyfile(path, os.path.join(staging, name))
+      copied.append(name)
+  io_utils.write_json(os.path.join(staging, REUSED_FROM), {
+      "source": os.path.relpath(os.path.realpath(source), os.path.realpath(job.workdir)),
+      "files": copied})
+  if os.path.isdir(job.workdir):
+    os.rmdir(job.workdir)  # Empty (find_reusable).
+  os.rename(staging, job.workdir)
+
+
 def _model_scores(model: dict) -> dict:
   """The scores of one model of an eval.json record: a generated task's `scores`
   (training range, unseen lengths), or a dataset's overall accuracy per split."""
@@ -514,16 +573,22 @@ def _trained_to(workdir: str) -> int | None:
 
 
 def plan(config: ml_collections.ConfigDict, sweep_dir: str,
-         rerun_changed: bool = False) -> list[tuple[Job, str, str]]:
+         rerun_changed: bool = False, reuse_from=()) -> list[tuple[Job, str, str]]:
   """What running the sweep would do with each job, without doing it or writing
-  anything: (job, action, detail), action one of "skip" (finished), "outputs" (trained;
+  anything: (job, action, detail), action one of "skip" (finished), "reuse" (copied from
+  a finished job of the same settings in a `reuse_from` folder), "outputs" (trained;
   a file of `sweep.job_outputs` is written from its checkpoints), "resume" (from its
   checkpoints), "start" (no checkpoint: from step 0), "refuse" (its folder holds a run
   with other settings; "start again" with rerun_changed). ValueError for bad settings,
   as run_sweep."""
+  reuse_from = check_reuse_folders(reuse_from)
   planned = []
   for job in make_jobs(config, sweep_dir):
     finished, why = job_status(job)
+    source = None if finished or why else find_reusable(job, reuse_from)
+    if source is not None:
+      planned.append((job, "reuse", f"from {source} (finished, the same settings)"))
+      continue
     if not finished and why is None:  # A stopped run (no eval.json): its config too.
       try:
         stored = workdir_lib.stored_config(job.workdir) or job.config
@@ -558,13 +623,15 @@ def plan(config: ml_collections.ConfigDict, sweep_dir: str,
 def run_sweep(config: ml_collections.ConfigDict, sweep_dir: str, executor: str = "local",
               workers: int = 1, ray_address: str | None = None, gpus_per_job: float = 0.0,
               max_retries: int = 3, job_fn: Callable = run_job,
-              rerun_changed: bool = False, commit_results: bool = False) -> Progress:
+              rerun_changed: bool = False, commit_results: bool = False,
+              reuse_from=()) -> Progress:
   """Runs every unfinished job of the sweep; returns the final progress (failures listed).
 
   Raises ValueError for bad settings (before anything is written), SweepInterrupted
   on Ctrl-C. A job whose folder holds a run with other settings fails with the
   differences named, or with rerun_changed is moved aside (FOLDER.replaced-TIME) and
-  run again.
+  run again. A job not started yet whose settings equal those of a finished job in one
+  of the `reuse_from` sweep folders is copied from it (`reuse`), not trained.
   """
 
   if executor not in EXECUTORS:
@@ -579,11 +646,16 @@ def run_sweep(config: ml_collections.ConfigDict, sweep_dir: str, executor: str =
     except ImportError:
       raise ValueError("the ray executor needs Ray: pip install -e .[cluster]") from None
   cli.check_folder(sweep_dir, "sweep_dir")
+  reuse_from = check_reuse_folders(reuse_from)
   jobs = make_jobs(config, sweep_dir)
-  todo, notes = [], []
+  todo, notes, reused = [], [], []
   for job in jobs:
     finished, why = job_status(job)
     if finished:
+      continue
+    source = None if why else find_reusable(job, reuse_from)
+    if source is not None:
+      reused.append((job, source))
       continue
     todo.append(job)
     if why:
@@ -596,8 +668,15 @@ def run_sweep(config: ml_collections.ConfigDict, sweep_dir: str, executor: str =
   progress = Progress(len(jobs), len(jobs) - len(todo), workers, on_finished)
   kind = "variants" if config.sweep.get("variants", None) else "encodings"
   print(f"[sweep] {len(jobs)} jobs ({len(config.sweep.tasks)} tasks x "
-        f"{len(variants(config.sweep))} {kind}), {len(jobs) - len(todo)} already finished; "
-        f"executor {executor}", flush=True)
+        f"{len(variants(config.sweep))} {kind}), {len(jobs) - len(todo)} already finished"
+        f"{f' ({len(reused)} of them reused)' if reused else ''}; executor {executor}",
+        flush=True)
+  for job, source in reused:
+    reuse(job, source)
+    print(f"[sweep] {job.name}: reused the finished job {source} (the same settings)",
+          flush=True)
+    if on_finished is not None:
+      on_finished(job)
   for job, why in notes:
     changed = why.startswith(_CHANGED)
     hint = ("; pass --rerun_changed to move it aside and run the job again"
