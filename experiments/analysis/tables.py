@@ -405,7 +405,7 @@ def table2_markdown(tasks, encodings, cells) -> str:
            "Cells: ours, the whole job (its grid of models trained together in one "
            "program; models in brackets) (paper: mean ± std over runs of one model on a "
            f"V100). {MISSING}: no job, or a job without its time (runs made before times "
-           "were recorded).",
+           "were recorded). total: the sum of a column's job hours.",
            "",
            "| task | " + " | ".join(encodings) + " |", "|---|" + "---:|" * len(encodings)]
   for task in tasks:
@@ -415,6 +415,13 @@ def table2_markdown(tasks, encodings, cells) -> str:
       ours_text = MISSING if ours is None else f"{ours[0]:.3g} [{ours[1]}]"
       row.append(f"{ours_text} ({_pair_text(ref, 2)})")
     lines.append(f"| {task} | " + " | ".join(row) + " |")
+  # What a column of jobs cost: the sum of the jobs' hours that have a time.
+  totals = []
+  for pe in encodings:
+    hours = [cells[task, pe][0][0] for task in tasks if cells[task, pe][0] is not None]
+    totals.append(f"{sum(hours):.3g} ({len(hours)} of {len(tasks)} jobs)" if hours
+                  else MISSING)
+  lines.append("| total | " + " | ".join(totals) + " |")
   return "\n".join(lines)
 
 
