@@ -14,8 +14,8 @@ defined in one place: `--config=configs/EXPERIMENT.py:scale=NAME`.
          docs/cpu_protocol.md): the paper's model (5 layers, d_model 64, 8 heads),
          lengths 1..12, test lengths 13..48, L = 256, batch 128, learning rate 5e-4,
          6,000 steps, 3 seeds; missing_duplicate_string with lengths 1..20, test lengths
-         21..80, L = 512; odds_first 12,000 steps; duplicate_string batch 64
-         (CPU_TASK_OVERRIDES, set as the sweep's `task_overrides`).
+         21..80, L = 512; odds_first 12,000 steps; duplicate_string 12,000 steps of
+         batch 64 (CPU_TASK_OVERRIDES, set as the sweep's `task_overrides`).
 
 `parse(arg)` reads the scale from a config argument; `apply(config, scale)` sets the
 scale's settings on a config of configs/default.py (the sweep's tasks and variants are the
@@ -42,16 +42,17 @@ CPU_STEPS = 6000
 # Table 1 core had not learned its training lengths (88.7%, 3 seeds, still rising), at
 # 12,000 it had (97.1%; docs/cpu_protocol.md). The learning rate is constant, so a
 # 12,000-step job is a 6,000-step one trained on.
-# duplicate_string trains at batch 64: its randomized relative model learns as much per
-# step at half the batch (settings D, D12: 96.8% over 3 seeds at 6,000 steps), where at
-# batch 128 it needed 12,000 steps (92.6% at 6,000), a job of 3.2 hours beside another,
-# longer than a session of a machine that may not be there for the next one; at batch 64
-# a job costs about a quarter of that (docs/cpu_protocol.md).
+# duplicate_string trains 12,000 steps at batch 64: its randomized relative model needs
+# 12,000 steps at batch 128 (92.6% at 6,000, 98.3% at 12,000) and learns as much per step
+# at half the batch (the study's settings D, D12 at compat="paper"; the Table 1 core's
+# grid at compat="release", steps 250-2,750 within 2 points of batch 128's), so half the
+# batch halves a job: 3.2 hours beside another at batch 128, longer than a session of a
+# machine that may not be there for the next one (docs/cpu_protocol.md).
 CPU_TASK_OVERRIDES = (
     ("missing_duplicate_string", {"training.max_length": 20, "evaluation.max_length": 80,
                                   "model.max_position": 512}),
     ("odds_first", {"training.steps": 2 * CPU_STEPS}),
-    ("duplicate_string", {"training.batch_size": 64}),
+    ("duplicate_string", {"training.steps": 2 * CPU_STEPS, "training.batch_size": 64}),
 )
 
 
