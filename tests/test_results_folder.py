@@ -138,6 +138,11 @@ def _a_finished_job_of_another_folder_with_the_same_settings_is_copied(source, o
   with pytest.raises(ValueError, match=r"^--reuse_from: '.*nowhere' is not a folder"):
     sweep.run_sweep(config, sweep_dir, reuse_from=[str(other / "nowhere")])
   assert not other.exists()
+  # What a copy interrupted while being assembled leaves: a hidden folder, which the
+  # next copy replaces and no report reads.
+  leftover = os.path.join(sweep_dir, "reverse_string", ".sorted.reusing")
+  shutil.copytree(os.path.join(source, "reverse_string", "randomized_relative"), leftover)
+  assert list(report.load_sweep(sweep_dir)) == []
   trained, committed = [], []
   committer = results_git.Committer
   try:  # The copy is committed as a finished job is (--commit_results).
@@ -152,6 +157,7 @@ def _a_finished_job_of_another_folder_with_the_same_settings_is_copied(source, o
   assert committed[0] == (copy, "reverse_string/sorted", [])
   assert progress.done == 2 and not progress.failed
   assert sorted(os.listdir(copy)) == sorted(SMALL_FILES | {sweep.REUSED_FROM})
+  assert not os.path.exists(leftover)
   for name in SMALL_FILES:
     with open(os.path.join(copy, name), "rb") as a, open(os.path.join(original, name), "rb") as b:
       assert a.read() == b.read(), name

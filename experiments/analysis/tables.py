@@ -35,7 +35,8 @@ def load_paper() -> dict:
 def load_sweep(sweep_dir: str) -> dict:
   """{(task, pe): eval result} for every job folder with an eval.json.
 
-  Folders the sweep moved aside (ENCODING.replaced-TIME) are not results; a damaged
+  Folders the sweep moved aside (ENCODING.replaced-TIME) and hidden ones (a copy being
+  assembled, `jobs.reuse`) are not results; a damaged
   eval.json is named on stderr and left out.
   """
   results = {}
@@ -45,7 +46,7 @@ def load_sweep(sweep_dir: str) -> dict:
       continue
     for pe in sorted(os.listdir(task_dir)):
       path = os.path.join(task_dir, pe, "eval.json")
-      if ".replaced-" in pe or not os.path.exists(path):
+      if ".replaced-" in pe or pe.startswith(".") or not os.path.exists(path):
         continue
       try:
         results[(task, pe)] = io_utils.read_json(path)
@@ -91,8 +92,8 @@ def unfinished_jobs(sweep_dir: str, results: dict) -> list[tuple[str, str]]:
     if not os.path.isdir(task_dir):
       continue
     for name in sorted(os.listdir(task_dir)):
-      if ".replaced-" not in name and os.path.exists(os.path.join(task_dir, name,
-                                                                  "config.json")):
+      if (".replaced-" not in name and not name.startswith(".")
+          and os.path.exists(os.path.join(task_dir, name, "config.json"))):
         started.add((task, name))
   expected = set(started)
   for task, name in sorted(started | set(results)):

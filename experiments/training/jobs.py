@@ -314,9 +314,10 @@ def find_reusable(job: Job, folders) -> str | None:
 def reuse(job: Job, source: str) -> None:
   """Copies the small files of the finished job in `source` into `job.workdir`, with
   REUSED_FROM naming `source` (relative to the job's folder). The folder appears whole or
-  not at all (assembled beside it, then renamed)."""
+  not at all (assembled beside it in a hidden folder, which reports skip, then renamed)."""
   outputs = [file for _, _, file in _job_outputs(job.config)]
-  staging = f"{job.workdir}.reusing"
+  parent, name = os.path.split(job.workdir)
+  staging = os.path.join(parent, f".{name}.reusing")
   shutil.rmtree(staging, ignore_errors=True)
   os.makedirs(staging)
   copied = []
