@@ -36,7 +36,8 @@ Experiments of the paper's appendix name their report in the sweep config
              beside the paper's Table 5 and the best of its Tables 1 and 4
   study      (configs/cpu_study.py) study.md: per (task, setting, encoding) the accuracy
              on the training and unseen lengths, when training reached 95%, seconds;
-             figures/TASK.png: learning curves against steps and training seconds
+             figures/TASK.png: learning curves against steps and training seconds;
+             runs moved aside (NAME.replaced-WHEN, an earlier protocol) beside them
   ito        (--kind=ito, a folder of Latin-square runs) Ito et al.'s Tables 1-6 beside
              ours, as python -m experiments.ito_report writes them
 --kind=auto (default) takes the jobs' `sweep.report`, else the variants report when

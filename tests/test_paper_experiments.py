@@ -291,3 +291,41 @@ def test_a_task_figure_without_finished_jobs_says_so_without_warnings(tmp_path):
   empty = matplotlib.image.imread(str(tmp_path / "empty.png"))
   one = matplotlib.image.imread(str(tmp_path / "one.png"))
   assert empty.shape == one.shape and not np.array_equal(empty, one)
+
+
+def test_study_report_learning_curves_and_runs_moved_aside(tmp_path):
+  """The study kind (configs/cpu_study.py): per job the final accuracies, the first
+  evaluated step at >= 95% on the training lengths, the best unseen accuracy and the
+  seconds, from the evaluations during training (mean over seeds); a run the sweep moved
+  aside (an earlier protocol of the same job) is a row and a curve of its own."""
+  sweep_dir = tmp_path / "sweep"
+  config = {"sweep": {"report": "study"}}
+  curve = [1.0, 1.0, 0.5, 0.5]
+
+  def evaluations(trains, unseens, seconds):
+    return [{"step": 100 * (i + 1), "train_seconds": s,
+             "evaluation": {"train_range": t, "unseen": u}}
+            for i, (t, u, s) in enumerate(zip(trains, unseens, seconds))]
+
+  _job(sweep_dir, "reverse_string", "A-relative",
+       [_model(0, 1e-3, 0.6, curve), _model(1, 1e-3, 0.7, curve)], config,
+       metrics=evaluations([[0.9, 0.96], [0.97, 0.99]], [[0.5, 0.6], [0.7, 0.5]], [10, 20]))
+  _job(sweep_dir, "reverse_string", "A-relative.replaced-20261126-batch128",
+       [_model(0, 1e-3, 0.4, curve), _model(1, 1e-3, 0.5, curve)], config,
+       metrics=evaluations([[0.5, 0.7], [0.8, 0.9], [0.95, 0.97]],
+                           [[0.3, 0.3], [0.4, 0.6], [0.5, 0.5]], [30, 60, 90]))
+  out = report.write_report(str(sweep_dir))
+  assert out["kind"] == "study"
+  rows = _table(out["table"])
+  assert rows[0] == ["task", "variant", "steps", "train", "unseen", "95% at", "best unseen",
+                     "seconds"]
+  assert rows[1] == ["reverse_string", "A-relative", "10", "100.0", "65.0", "200", "60.0",
+                     "20"]
+  assert rows[2] == ["reverse_string", "A-relative.replaced-20261126-batch128", "10",
+                     "100.0", "45.0", "300", "50.0", "90"]
+  earlier = out["curves"]["reverse_string", "A-relative.replaced-20261126-batch128"]
+  np.testing.assert_allclose(earlier["train"], [60.0, 85.0, 96.0])
+  assert earlier["steps"] == [100, 200, 300] and earlier["seconds"] == [30, 60, 90]
+  assert os.path.getsize(os.path.join(out["out_dir"], "figures", "reverse_string.png")) > 1000
+  # The other reports leave moved-aside runs out.
+  assert list(report.load_sweep(str(sweep_dir))) == [("reverse_string", "A-relative")]

@@ -32,12 +32,13 @@ def load_paper() -> dict:
     return json.load(f)
 
 
-def load_sweep(sweep_dir: str) -> dict:
+def load_sweep(sweep_dir: str, moved_aside: bool = False) -> dict:
   """{(task, pe): eval result} for every job folder with an eval.json.
 
-  Folders the sweep moved aside (ENCODING.replaced-TIME) and hidden ones (a copy being
-  assembled, `jobs.reuse`) are not results; a damaged
-  eval.json is named on stderr and left out.
+  Folders the sweep moved aside (ENCODING.replaced-TIME: an earlier run of the job, with
+  other settings) are left out, or with moved_aside are the only ones read; hidden ones
+  (a copy being assembled, `jobs.reuse`) are never results. A damaged eval.json is named
+  on stderr and left out.
   """
   results = {}
   for task in sorted(os.listdir(sweep_dir)):
@@ -46,7 +47,8 @@ def load_sweep(sweep_dir: str) -> dict:
       continue
     for pe in sorted(os.listdir(task_dir)):
       path = os.path.join(task_dir, pe, "eval.json")
-      if ".replaced-" in pe or pe.startswith(".") or not os.path.exists(path):
+      if ((".replaced-" in pe) != moved_aside or pe.startswith(".")
+          or not os.path.exists(path)):
         continue
       try:
         results[(task, pe)] = io_utils.read_json(path)
@@ -910,11 +912,15 @@ def write_study_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
   training and unseen lengths (mean over seeds at the best learning rate), the first
   evaluated step at >= TRAINED on the training lengths, the best unseen accuracy seen
   during training, and the training seconds; figures/TASK.png: both accuracies against
-  steps and against training seconds, a colour per variant."""
+  steps and against training seconds, a colour per variant. Runs the sweep moved aside
+  (NAME.replaced-WHEN: the same job at settings it had before) are rows and curves of
+  their own, after the jobs': how a change of protocol changed learning."""
   paper = load_paper()
   order = sweep_variants(sweep_dir, results) or []
+  earlier = load_sweep(sweep_dir, moved_aside=True)
   tasks = _ordered({t for t, _ in results}, list(paper["task_levels"]))
-  names = _ordered({v for _, v in results}, order)
+  names = _ordered({v for _, v in results}, order) + sorted({v for _, v in earlier})
+  results = {**results, **earlier}
   lines = ["## Learning-speed study", "",
            "Accuracy in %: mean over seeds at the best learning rate, averaged over the "
            f"training lengths (train) and the unseen lengths; {UNTRAINED_MARK}: train below "
