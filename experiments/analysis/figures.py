@@ -19,7 +19,8 @@ def panels(width=7, height=4, ncols=1, nrows=1):
 
 
 def save(plt, fig, path: str) -> None:
-  """Writes `fig` to `path` (PNG, 110 dpi) and closes it."""
+  """Writes `fig` to `path` (PNG, 110 dpi) and closes it; the image takes in what lies
+  outside the panels too (a legend beside them)."""
   fig.tight_layout()
-  fig.savefig(path, dpi=110)
+  fig.savefig(path, dpi=110, bbox_inches="tight")
   plt.close(fig)
