@@ -18,9 +18,10 @@ def panels(width=7, height=4, ncols=1, nrows=1):
   return plt, fig, list(axes.ravel())
 
 
-def save(plt, fig, path: str) -> None:
-  """Writes `fig` to `path` (PNG, 110 dpi) and closes it; the image takes in what lies
-  outside the panels too (a legend beside them)."""
+def save(plt, fig, path: str, fit_outside: bool = False) -> None:
+  """Writes `fig` to `path` (PNG, 110 dpi) and closes it. fit_outside: the image takes
+  in what lies outside the panels (a legend beside them), so its size follows what is
+  drawn; else every figure of a kind has the same size."""
   fig.tight_layout()
-  fig.savefig(path, dpi=110, bbox_inches="tight")
+  fig.savefig(path, dpi=110, bbox_inches="tight" if fit_outside else None)
   plt.close(fig)

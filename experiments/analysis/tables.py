@@ -967,7 +967,8 @@ def write_study_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
     by_step.set(xlabel="step", ylabel="accuracy (%)", title=task, ylim=(0, 102))
     by_time.set(xlabel="training seconds", ylabel="accuracy (%)", title=task, ylim=(0, 102))
     by_time.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    figures.save(plt, fig, os.path.join(out_dir, figures.FOLDER, f"{task}.png"))
+    figures.save(plt, fig, os.path.join(out_dir, figures.FOLDER, f"{task}.png"),
+                 fit_outside=True)  # The legend stands beside the panels.
   return {"kind": "study", "tasks": tasks, "variants": names, "curves": curves,
           "table": md, "text": md}
 
