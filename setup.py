@@ -43,6 +43,9 @@ DEV = EXPERIMENTS + [
     # examples/ (tests/test_examples.py); test-only, never needed by the library.
     "flax>=0.12,<0.13",
     "equinox>=0.13,<0.14",
+    # TensorBoard itself reads the runs' event files (tests/test_events.py); a user who
+    # only writes them needs tensorboardX alone.
+    "tensorboard>=2.15,<3",
     # Builds the wheel without network access (tests/test_package.py).
     "setuptools>=61",
     "wheel>=0.40",
