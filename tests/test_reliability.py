@@ -30,7 +30,7 @@ TINY_FLAGS = [
     "--config.training.max_length=3", "--config.training.prefetch=2",
     "--config.training.max_programs=1",  # As tests.test_training.tiny_config: one program.
     "--config.evaluation.max_length=6", "--config.evaluation.batch_size=8",
-    "--config.evaluation.max_buckets=2", "--config.progress=False",
+    "--config.evaluation.max_buckets=1", "--config.progress=False",
 ]
 
 
