@@ -8,6 +8,7 @@ tests start as subprocesses inherit it through RANDOMIZED_PE_COMPILATION_CACHE. 
 that needs its own cache sets that variable for its subprocess.
 """
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -35,6 +36,8 @@ if os.environ.get("RANDOMIZED_PE_TEST_XLA_DEFAULTS", "") not in ("1", "true"):
 _MIN_COMPILE_SECONDS = 0.2
 # This run's temporary cache folder when pytest's cache provider is off (see below).
 _RUN_CACHE_ENV = "RANDOMIZED_PE_TEST_RUN_CACHE"
+# That folder when this process made it (and removes it at the end), else None.
+_made_folder = None
 
 
 def pytest_configure(config):
@@ -49,12 +52,23 @@ def pytest_configure(config):
     # Without the cache provider, one temporary folder for the whole run: made by the
     # first process (pytest-xdist's controller) and inherited by its workers, so that they
     # share it as they share .pytest_cache's folder otherwise.
-    folder = os.environ.get(_RUN_CACHE_ENV) or tempfile.mkdtemp(prefix="jax-compilation-cache-")
+    global _made_folder  # pylint: disable=global-statement
+    folder = os.environ.get(_RUN_CACHE_ENV)
+    if not folder:
+      folder = _made_folder = tempfile.mkdtemp(prefix="jax-compilation-cache-")
     os.environ[_RUN_CACHE_ENV] = folder
   os.environ[compile_cache.ENV] = folder
   # Whole executables (compile_cache.Program) stay off in this process: tests monkeypatch
   # project code, which their key cannot see. Entry points started as subprocesses use them.
   compile_cache.enable(folder, min_compile_seconds=_MIN_COMPILE_SECONDS, executables=False)
+
+
+def pytest_unconfigure(config):
+  """Removes the temporary cache folder this process made (pytest-xdist's controller
+  unconfigures after its workers have finished)."""
+  del config
+  if _made_folder is not None:
+    shutil.rmtree(_made_folder, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

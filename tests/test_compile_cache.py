@@ -27,6 +27,36 @@ def test_compilation_cache_folder_resolution():
       os.path.join(".cache", "randomized_pe", "jax"))
 
 
+def test_the_suites_temporary_cache_folder_is_removed_by_the_process_that_made_it(
+    tmp_path, monkeypatch):
+  """Without pytest's cache provider the suite caches in a temporary folder: the process
+  that made it (pytest-xdist's controller) removes it at the end, a worker that inherited
+  it does not."""
+  conftest, = [m for m in list(sys.modules.values())
+               if getattr(m, "__file__", None) == os.path.join(os.path.dirname(__file__),
+                                                               "conftest.py")]
+
+  class Config:  # pytest's config without the cache provider.
+    cache = None
+
+  monkeypatch.setattr(compile_cache, "enable", lambda *args, **kwargs: None)
+  monkeypatch.setattr(conftest.tempfile, "tempdir", str(tmp_path))
+  monkeypatch.setattr(conftest, "_made_folder", None)
+  monkeypatch.delenv(conftest._RUN_CACHE_ENV, raising=False)  # pylint: disable=protected-access
+  monkeypatch.delenv(compile_cache.ENV, raising=False)
+  conftest.pytest_configure(Config())
+  made = os.environ[conftest._RUN_CACHE_ENV]  # pylint: disable=protected-access
+  assert os.path.isdir(made) and os.path.dirname(made) == str(tmp_path)
+  assert os.environ[compile_cache.ENV] == made
+  monkeypatch.setattr(conftest, "_made_folder", None)  # A worker: inherits, keeps.
+  conftest.pytest_configure(Config())
+  conftest.pytest_unconfigure(Config())
+  assert os.path.isdir(made)
+  monkeypatch.setattr(conftest, "_made_folder", made)  # The controller: removes.
+  conftest.pytest_unconfigure(Config())
+  assert not os.listdir(tmp_path)
+
+
 def _cache_line(stdout):
   """(JAX programs loaded, compiled, written; executables loaded, written) of a run."""
   lines = [l for l in stdout.splitlines() if l.startswith("compilation cache ")]
