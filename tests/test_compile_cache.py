@@ -3,7 +3,6 @@ import dataclasses
 import json
 import os
 import re
-import subprocess
 import sys
 
 import jax
@@ -14,6 +13,7 @@ import pytest
 from experiments.training import compile_cache
 from randomized_pe import families
 import tasks
+from tests import entry_points
 
 
 def test_compilation_cache_folder_resolution():
@@ -79,9 +79,8 @@ def test_a_second_process_with_a_warm_cache_traces_and_compiles_nothing(tmp_path
           "--config.evaluation.max_buckets=2", "--config.progress=False"]
   runs = []
   for name in ("cold", "warm"):
-    out = subprocess.run([sys.executable, "-m", "experiments.train", *args,
-                          f"--workdir={tmp_path / name}"], cwd=root, env=env,
-                         capture_output=True, text=True, timeout=300)
+    out = entry_points.run("experiments.train", [*args, f"--workdir={tmp_path / name}"],
+                           cwd=root, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     runs.append(_cache_line(out.stdout))
   cold, warm = runs

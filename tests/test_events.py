@@ -1,8 +1,6 @@
 """TensorBoard event files (experiments/training/events.py) equal metrics.jsonl, also after a
 resume; the report's curves of a run (python -m experiments.report --run_dir)."""
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -11,6 +9,7 @@ from experiments.training import events
 from experiments.storage import io_utils
 from experiments.training import loop
 from experiments.training import stopping
+from tests import entry_points
 from tests.test_training import ENV, ROOT, tiny_config
 
 
@@ -163,8 +162,7 @@ def test_tensorboard_reads_the_event_file(tmp_path):
 
 
 def _report(*args):
-  return subprocess.run([sys.executable, "-m", "experiments.report", *args], cwd=ROOT,
-                        env=ENV, capture_output=True, text=True, timeout=120)
+  return entry_points.run("experiments.report", args, env=ENV, timeout=120)
 
 
 def test_the_report_draws_a_runs_curves_and_refuses_a_folder_without_metrics(tmp_path):

@@ -8,8 +8,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -18,6 +16,7 @@ from configs import latin_square as ito_config
 from experiments.analysis import ito as ia
 from experiments.analysis import ito_tables as ito_report
 from experiments.training import jobs as sweep
+from tests import entry_points
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": ROOT}
@@ -25,8 +24,7 @@ SHARED = os.path.join(ROOT, "..", "shared")
 
 
 def _cli(module, *args, timeout=300):
-  return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, env=ENV,
-                        capture_output=True, text=True, timeout=timeout)
+  return entry_points.run(module, args, env=ENV, timeout=timeout)
 
 
 def _one_line_error(out, *fragments):

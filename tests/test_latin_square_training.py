@@ -6,7 +6,6 @@ Models are tiny (one block, width 16) so that each compiled program costs second
 import dataclasses
 import json
 import os
-import subprocess
 import sys
 
 import jax
@@ -20,6 +19,7 @@ from experiments.training import evaluation
 from experiments.training import loop
 from experiments.training import steps
 from experiments.training import trained_run
+from tests import entry_points
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": ROOT}
@@ -279,7 +279,7 @@ def test_entry_point_smoke(tmp_path):
          "--config.model.mlp_size=32", "--config.training.steps=2",
          "--config.training.log_every=1", "--config.training.checkpoint_every=2",
          "--config.evaluation.final_splits=('validation',)", "--config.progress=False"]
-  out = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+  out = entry_points.run_command(cmd, env=ENV, timeout=600)
   assert out.returncode == 0, out.stderr[-2000:]
   assert "| validation |" in out.stdout
   records = [json.loads(l) for l in (workdir / "metrics.jsonl").read_text().splitlines()]
@@ -287,9 +287,8 @@ def test_entry_point_smoke(tmp_path):
   result = json.loads((workdir / "eval.json").read_text())
   assert result["task"] == "latin_square" and result["model"].endswith("learn, σ=0.2")
   assert set(result["accuracy"]["validation"]) == {"overall", "binary", "ternary", "quaternary"}
-  bad = subprocess.run([*cmd[:3], "--config=configs/latin_square.py:encoding=alibi",
-                        f"--workdir={tmp_path / 'bad'}"], cwd=ROOT, env=ENV,
-                       capture_output=True, text=True, timeout=300)
+  bad = entry_points.run_command([*cmd[:3], "--config=configs/latin_square.py:encoding=alibi",
+                                  f"--workdir={tmp_path / 'bad'}"], env=ENV, timeout=300)
   lines = [l for l in bad.stderr.splitlines() if l.strip()]
   assert bad.returncode == 2 and len(lines) == 1, bad.stderr
   assert "unknown Ito encoding 'alibi'" in lines[0] and not (tmp_path / "bad").exists()

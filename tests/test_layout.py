@@ -3,6 +3,7 @@ import pathlib
 import subprocess
 import sys
 
+from tests import entry_points
 from tests.test_training import ENV
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -31,8 +32,7 @@ def test_report_defines_its_flags_when_run_not_on_import():
 
 
 def test_report_command_line_reads_its_flags():
-  out = subprocess.run([sys.executable, "-m", "experiments.report", "--kind=bogus"], cwd=ROOT,
-                       env=ENV, capture_output=True, text=True, timeout=120, check=False)
+  out = entry_points.run("experiments.report", ["--kind=bogus"], env=ENV, timeout=120)
   assert out.returncode == 2, out.stderr[-2000:]
   assert "--kind=bogus" in out.stderr and "auto|paper" in out.stderr
   assert "Traceback" not in out.stderr

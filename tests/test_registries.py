@@ -4,7 +4,6 @@ What the redesign is for: a sampler or a family added by one entry (here, in thi
 test file) works end to end in a training run, from a config.
 """
 import json
-import subprocess
 import sys
 
 import jax
@@ -24,6 +23,7 @@ from randomized_pe import families
 from randomized_pe import models
 from randomized_pe import release
 from randomized_pe import samplers
+from tests import entry_points
 from tests.test_training import ENV, ROOT, tiny_config
 
 # Spread of jax.random.truncated_normal(-2, 2) (and Haiku's TruncatedNormal) per unit stddev.
@@ -143,7 +143,7 @@ def test_unsorted_training_and_evenly_spaced_evaluation_from_the_command_line(tm
          "--config.training.max_length=3", "--config.evaluation.max_length=5",
          "--config.evaluation.batch_size=8", "--config.evaluation.max_buckets=1",
          "--config.progress=False"]
-  out = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+  out = entry_points.run_command(cmd, env=ENV, timeout=300)
   assert out.returncode == 0, out.stderr[-2000:]
   config = json.loads((workdir / "config.json").read_text())
   assert config["training"]["positions"] == "unsorted"

@@ -20,6 +20,7 @@ from experiments.analysis import tables as report
 from experiments.training import jobs as sweep
 from experiments.training import trained_run
 from experiments.storage import workdir as workdir_lib
+from tests import entry_points
 from tests import sweep_helpers
 from tests.test_training import ENV, ROOT, tiny_config
 
@@ -66,8 +67,7 @@ def _one_error_line(stderr: str) -> str:
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, module, args, message):
   target = tmp_path / "out"
   where = f"--workdir={target}" if module == "train" else f"--sweep_dir={target}"
-  out = subprocess.run([sys.executable, "-m", f"experiments.{module}", where, *args],
-                       cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+  out = entry_points.run(f"experiments.{module}", [where, *args], env=ENV, timeout=120)
   assert out.returncode == 2, out.stderr[-3000:]
   assert message in _one_error_line(out.stderr)
   assert not target.exists()
@@ -130,10 +130,9 @@ def test_settings_that_cannot_change_results_are_not_identity():
 def test_a_second_process_on_a_locked_workdir_is_refused(tmp_path):
   run = tmp_path / "run"
   with workdir_lib.locked(str(run)):
-    out = subprocess.run(
-        [sys.executable, "-m", "experiments.train", f"--workdir={run}",
-         "--config.training.steps=2", *TINY_FLAGS],
-        cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    out = entry_points.run("experiments.train", [f"--workdir={run}",
+                                                 "--config.training.steps=2", *TINY_FLAGS],
+                           env=ENV, timeout=300)
     assert out.returncode == 1, out.stderr[-3000:]
     line = _one_error_line(out.stderr)
     assert f"is in use by process {os.getpid()}" in line

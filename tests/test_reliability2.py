@@ -12,13 +12,13 @@ import pytest
 
 from experiments.training import loop
 from experiments.training import validation
+from tests import entry_points
 from tests.test_reliability import TINY_FLAGS, _one_error_line
 from tests.test_training import ENV, ROOT, tiny_config
 
 
 def _run(module, args, timeout=300, env=None):
-  return subprocess.run([sys.executable, "-m", f"experiments.{module}", *args], cwd=ROOT,
-                        env=env or ENV, capture_output=True, text=True, timeout=timeout)
+  return entry_points.run(f"experiments.{module}", args, env=env or ENV, timeout=timeout)
 
 
 @pytest.mark.parametrize("module,args,message", [

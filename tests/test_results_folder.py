@@ -17,6 +17,7 @@ from configs import table1
 from experiments.analysis import tables as report
 from experiments.storage import results_git
 from experiments.training import jobs as sweep
+from tests import entry_points
 from tests.test_training import ENV
 from tests.test_training import tiny_config
 
@@ -257,18 +258,16 @@ def test_sweep_command_line_dry_run_lists_jobs_and_writes_nothing(tmp_path):
           "--config.sweep.tasks=('reverse_string',)",
           "--config.sweep.encodings=('relative','randomized_rope')",
           f"--sweep_dir={sweep_dir}", "--dry_run"]
-  out = subprocess.run(args, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300,
-                       check=False)
+  out = entry_points.run_command(args, env=ENV, timeout=300)
   assert out.returncode == 0, out.stderr[-2000:]
   assert out.stdout.splitlines() == [
       "start       reverse_string/relative: nothing trained yet",
       "start       reverse_string/randomized_rope: nothing trained yet",
       "[sweep] dry run, nothing trained or written: 2 jobs, 2 start"]
   assert not sweep_dir.exists()
-  bad = subprocess.run(args[:-2] + [f"--sweep_dir={sweep_dir}", "--dry_run",
-                                    "--config.sweep.encodings=('rotary',)"],
-                       cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300,
-                       check=False)
+  bad = entry_points.run_command(args[:-2] + [f"--sweep_dir={sweep_dir}", "--dry_run",
+                                              "--config.sweep.encodings=('rotary',)"],
+                                 env=ENV, timeout=300)
   assert bad.returncode == 2 and "rotary" in bad.stderr and "Traceback" not in bad.stderr
   assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
   assert not sweep_dir.exists()

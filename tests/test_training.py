@@ -18,6 +18,7 @@ from experiments.training import evaluation
 from experiments.training import loop
 from experiments.training import steps
 from experiments.training import trained_run
+from tests import entry_points
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": ROOT}
@@ -56,7 +57,7 @@ def test_entry_point_smoke(tmp_path):
          "--config.training.checkpoint_every=2", "--config.evaluation.max_length=6",
          "--config.evaluation.batch_size=8", "--config.evaluation.max_buckets=1",
          "--config.progress=False"]
-  out = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+  out = entry_points.run_command(cmd, env=ENV, timeout=300)
   assert out.returncode == 0, out.stderr[-2000:]
   assert "(training)" in out.stdout and "(unseen)" in out.stdout
   config = json.loads((workdir / "config.json").read_text())
@@ -265,8 +266,8 @@ loop.train_and_evaluate(config, {str(tmp_path / 'two_grid')!r})
 ])
 def test_bad_input_exits_2_with_one_line_and_no_files(tmp_path, args, message):
   workdir = tmp_path / "run"
-  out = subprocess.run([sys.executable, "-m", "experiments.train", f"--workdir={workdir}",
-                        *args], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+  out = entry_points.run("experiments.train", [f"--workdir={workdir}", *args], env=ENV,
+                         timeout=120)
   assert out.returncode == 2
   lines = [l for l in out.stderr.splitlines() if l.strip()]
   assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], out.stderr
