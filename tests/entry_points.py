@@ -8,7 +8,9 @@ process (one per pytest worker, started on first use) that has imported those li
 and nothing of the project: the child is a new process with the given arguments, working
 folder, environment and standard streams, which runs the module as `python -m` does
 (`runpy`, `__name__ == "__main__"`, sys.argv and sys.orig_argv as the command line gives
-them), exits with its own exit code and is reaped by the server. JAX's backend is never
+them), ends as the interpreter would (threads joined, atexit handlers, streams flushed)
+but without tearing down its modules one by one (0.4 s of CPU more), with its own exit
+code, and is reaped by the server. JAX's backend is never
 started in the server, so every child starts its own, with the child's environment.
 
 What a fork cannot give falls back to a new interpreter (`subprocess.run`): an
@@ -54,16 +56,29 @@ def _serve():
     pid = os.fork()
     if pid == 0:
       replies.close()
-      sys.exit(_child(request))
+      _end(_child(request))
     print(json.dumps({"pid": pid}), file=replies)
     _, status = os.waitpid(pid, 0)
     print(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}), file=replies)
 
 
+def _end(code: int):
+  """Ends the child as the interpreter ends a process (its threads joined, atexit handlers
+  run, streams flushed), without freeing the modules one by one: that teardown takes
+  about 0.4 s of CPU with JAX loaded, in a fresh interpreter too, and frees only memory
+  (the project closes or flushes every file it writes)."""
+  try:
+    threading._shutdown()  # pylint: disable=protected-access
+    atexit._run_exitfuncs()  # pylint: disable=protected-access
+    sys.stdout.flush()
+    sys.stderr.flush()
+  finally:
+    os._exit(code)  # pylint: disable=protected-access
+
+
 def _child(request) -> int:
   """Runs `python -m request["module"] *request["args"]` in this forked process; returns
-  the exit code for the interpreter's own exit (threads joined, atexit handlers run,
-  streams flushed, as a process that ran the module ends)."""
+  its exit code."""
   try:
     os.chdir(request["cwd"])
     os.environ.clear()
