@@ -144,7 +144,7 @@ def test_a_truncated_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, 
   run = str(tmp_path / "run")
   old_umask = os.umask(0o022)
   try:
-    loop.train_and_evaluate(tiny_config(steps=4), run)  # Checkpoints 2 and 4.
+    loop.train_and_evaluate(tiny_config(steps=4, checkpoint_every=2), run)  # Steps 2 and 4.
     # The same run, copied, for the identity test (one training for both).
     shutil.copytree(run, str(tmp_path / "identity"))
     _identity_steps_and_missing_config_are_refused_without_writing(str(tmp_path / "identity"))
@@ -158,7 +158,7 @@ def test_a_truncated_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, 
       with open(path, "r+b") as f:
         f.truncate(os.path.getsize(path) // 2)
     capfd.readouterr()
-    result = loop.train_and_evaluate(tiny_config(steps=6), run)
+    result = loop.train_and_evaluate(tiny_config(steps=6, checkpoint_every=2), run)
     err = capfd.readouterr().err
     assert "the checkpoint of step 4 cannot be read" in err and "trying step 2" in err
     assert result["step"] == 6
@@ -182,7 +182,7 @@ def test_an_os_error_while_saving_is_one_line_and_keeps_the_last_checkpoint(
     return original(path, data)
 
   monkeypatch.setattr(io_utils, "write_json", disk_full_at_step_4)
-  config = tiny_config(steps=6)
+  config = tiny_config(steps=6, checkpoint_every=2)
   with pytest.raises(checkpoints.StorageError) as info:
     loop.train_and_evaluate(config, run)
   assert "\n" not in str(info.value) and "No space left on device" in str(info.value)

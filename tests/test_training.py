@@ -32,9 +32,10 @@ def tiny_config(**training):
                       max_position=64)
   # max_programs=1: lengths 1..max_length padded to one shape, so each test compiles one
   # training program instead of one per length (padded = unpadded: tests/test_buckets.py).
-  # Tests of the exact-lengths path ask for max_programs=0.
+  # Tests of the exact-lengths path ask for max_programs=0. checkpoint_every=4: one save,
+  # at the end (an orbax save is about 0.16 s of CPU); tests of resuming ask for more.
   config.training.update(steps=4, batch_size=8, learning_rate=1e-3, max_length=3,
-                         log_every=2, checkpoint_every=2, prefetch=2, max_programs=1)
+                         log_every=2, checkpoint_every=4, prefetch=2, max_programs=1)
   config.training.update(training)
   # One evaluation program for lengths 1..6 (padded = per-length: test_bucketed_evaluation_
   # equals_per_length); the tests of buckets ask for more.
