@@ -148,6 +148,11 @@ class _Server:
 _server = None
 
 
+def _new_interpreter(command, cwd, env, timeout):
+  return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
+                        timeout=timeout, check=False)
+
+
 def _forkable(env) -> bool:
   if os.environ.get(OFF_ENV, "") in ("0", "false") or not hasattr(os, "fork"):
     return False
@@ -169,8 +174,7 @@ def run(module, args, *, env, cwd=ROOT, timeout=300):
   from experiments.training import runtime  # pylint: disable=import-outside-toplevel
   env = runtime.tuned_environment_here(env) or dict(env)
   if not _forkable(env):
-    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    return _new_interpreter(command, cwd, env, timeout)
   if _server is None or _server.process.poll() is not None:
     _server = _Server(env)
     atexit.register(_server.close)
@@ -187,5 +191,4 @@ def run_command(command, *, env, cwd=ROOT, timeout=300):
   is forked; anything else runs as given."""
   if list(command[:2]) == [sys.executable, "-m"]:
     return run(command[2], command[3:], env=env, cwd=cwd, timeout=timeout)
-  return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
-                        timeout=timeout, check=False)
+  return _new_interpreter(command, cwd, env, timeout)
