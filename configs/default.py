@@ -97,6 +97,10 @@ def get_config(arg=None):
   # Tuples, so that the command line can set them: --config.grid.seeds='(0,1,2)'.
   config.grid.seeds = ()
   config.grid.learning_rates = ()
+  # How the models run in the program: "vmap" (side by side, as batch axes) or "loop" (one
+  # after another, each with one model's shapes: faster per model on a CPU);
+  # experiments/training/members.py. Part of a run's identity (floats differ by ~1e-6).
+  config.grid.layout = "vmap"
 
   config.progress = True  # tqdm bar.
   # Folder of JAX's persistent compilation cache, or "off"; "": the environment's

@@ -235,6 +235,12 @@ config = tiny_config(steps=3, log_every=1, checkpoint_every=3)
 loop.train_and_evaluate(config, {str(tmp_path / 'two')!r})
 config.grid.seeds = (0, 1)  # Two models: the models axis is split over the devices.
 loop.train_and_evaluate(config, {str(tmp_path / 'two_grid')!r})
+from experiments.training import steps
+split = steps.mesh_shardings(jax.devices(), 2, "vmap")
+assert not split[0].is_fully_replicated and split[2].is_fully_replicated, split
+# The loop layout runs one model at a time: the devices share its batch instead.
+looped = steps.mesh_shardings(jax.devices(), 2, "loop")
+assert looped[0].is_fully_replicated and not looped[2].is_fully_replicated, looped
 """
   env = {**ENV, "XLA_FLAGS": " ".join(
       [ENV.get("XLA_FLAGS", ""), "--xla_force_host_platform_device_count=2"]).strip()}

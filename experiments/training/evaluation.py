@@ -38,6 +38,7 @@ import numpy as np
 
 from experiments.training import compile_cache
 from experiments.training import data
+from experiments.training import members as members_lib
 from experiments.training import results
 from randomized_pe import attention as attn_lib
 
@@ -93,6 +94,7 @@ class RangeEvaluator:
     batch_sharding: optional sharding of the batch axis over devices.
     stacked: params carry a leading models axis [M, ...]; accuracies are then
       lists of M values (every model sees the same batches and positions).
+    layout: how the models of stacked params run (`experiments.training.members`).
     cache_key: what determines model and task (`compile_cache.run_key`), to keep the
       programs' executables; None: not kept.
     legacy_batching: evaluate as before issue 27, item 6: sub-batches of the most rows
@@ -107,12 +109,13 @@ class RangeEvaluator:
   stacked: bool = False
   cache_key: object = None
   legacy_batching: bool = False
+  layout: str = members_lib.DEFAULT
 
   def __post_init__(self):
     self.traces = 0  # Programs traced so far (one per bucket shape; 0 when loaded).
     chunk = self._chunk
     if self.stacked:
-      chunk = jax.vmap(chunk, in_axes=(0,) + (None,) * 7)
+      chunk = members_lib.over_members(chunk, self.layout, in_axes=(0,) + (None,) * 7)
     name = f"range_chunk stacked={self.stacked}" + (" legacy" if self.legacy_batching else "")
     self._chunk_fn = compile_cache.Program(chunk, name, self.cache_key)
 
@@ -257,6 +260,7 @@ class SplitEvaluator:
     stacked: params carry a leading models axis [M, ...]; accuracies are then lists of
       M values.
     cache_key: as RangeEvaluator's.
+    layout: as RangeEvaluator's.
   """
 
   model: object
@@ -265,12 +269,13 @@ class SplitEvaluator:
   batch_sharding: object = None
   stacked: bool = False
   cache_key: object = None
+  layout: str = members_lib.DEFAULT
 
   def __post_init__(self):
     self.traces = 0  # Programs traced so far (0 when loaded).
     chunk = self._chunk
     if self.stacked:
-      chunk = jax.vmap(chunk, in_axes=(0, None, None, None))
+      chunk = members_lib.over_members(chunk, self.layout, in_axes=(0, None, None, None))
     self._chunk_fn = compile_cache.Program(chunk, f"split_chunk stacked={self.stacked}",
                                            self.cache_key)
 
@@ -336,7 +341,8 @@ class LengthEvaluation:
     self._every = config.evaluation.get("every_steps", 0)
     self._evaluator = RangeEvaluator(model, source.task, max_logits=config.evaluation.max_logits,
                                      batch_sharding=batch_sharding, stacked=True,
-                                     cache_key=compile_cache.run_key(config, source.task))
+                                     cache_key=compile_cache.run_key(config, source.task),
+                                     layout=members_lib.of(config))
 
   def due(self, step: int) -> bool:
     return self._every > 0 and step % self._every == 0
@@ -380,7 +386,8 @@ class SplitEvaluation:
     dataset = source.task
     self._config, self._source, self._model = config, source, model
     self._evaluator = SplitEvaluator(model, dataset, e.batch_size, batch_sharding, stacked=True,
-                                     cache_key=compile_cache.run_key(config, dataset))
+                                     cache_key=compile_cache.run_key(config, dataset),
+                                     layout=members_lib.of(config))
     self._every = e.get("every_epochs", 0) * source.steps_per_epoch
     self._splits = tuple(e.get("splits", [s for s in dataset.splits
                                           if s != dataset.train_split]))

@@ -20,6 +20,7 @@ import optax
 
 from experiments.training import compile_cache
 from experiments.training import data
+from experiments.training import members as members_lib
 from randomized_pe import models
 from randomized_pe import registry
 
@@ -286,29 +287,34 @@ def init_grid(model, config, members, tokens=None, cache_key=None) -> TrainState
   return compile_cache.Program(jax.vmap(one), "init_grid", cache_key)(seeds, rates)
 
 
-def make_grid_step(model, optimizer):
+def make_grid_step(model, optimizer, layout: str = members_lib.DEFAULT):
   """grid_step(states [M], seeds [M], batch) -> (states, metrics [M]): one shared batch.
 
-  Every model draws its own positions and dropout keys from its own seed.
+  Every model draws its own positions and dropout keys from its own seed; `layout`
+  (`experiments.training.members`) says how the models run in the program.
   """
 
+  # One model's step, named as the grid's program and its arguments (the names of the
+  # compiled program's parameters).
   def grid_step(states, seeds, batch):
-    def one(state, seed):
-      return make_train_step(model, optimizer, seed)(state, batch)
-    return jax.vmap(one)(states, seeds)
+    return make_train_step(model, optimizer, seeds)(states, batch)
+
+  return members_lib.over_members(grid_step, layout, in_axes=(0, 0, None))
 
   return grid_step
 
 
-def mesh_shardings(devices, num_models: int):
-  """(state, seeds, batch) shardings: models split over devices when they divide evenly,
-  otherwise the batch (data parallel); None on one device."""
+def mesh_shardings(devices, num_models: int, layout: str = members_lib.DEFAULT):
+  """(state, seeds, batch) shardings: models split over devices when they divide evenly
+  and the layout runs them side by side, otherwise the batch (data parallel: a `loop`
+  grid runs one model at a time over every device); None on one device."""
   if len(devices) == 1:
     return None, None, None
   mesh = jax.sharding.Mesh(np.array(devices), (DEVICES_AXIS,))
   split = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(DEVICES_AXIS))
   replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-  if num_models > 1 and num_models % len(devices) == 0:
+  side_by_side = members_lib.LAYOUTS[layout].side_by_side
+  if side_by_side and num_models > 1 and num_models % len(devices) == 0:
     return split, split, replicated
   return replicated, replicated, split
 
@@ -360,7 +366,8 @@ def build_trainer(config: ml_collections.ConfigDict, task, devices=None,
   devices = jax.devices() if devices is None else devices
   model = build_model(config, task) if model is None else model
   members = grid_members(config)
-  state_sharding, seeds_sharding, batch_sharding = mesh_shardings(devices, len(members))
+  layout = members_lib.of(config)
+  state_sharding, seeds_sharding, batch_sharding = mesh_shardings(devices, len(members), layout)
   # Everything the programs close over follows from the config and the task, so they key
   # the programs' executables.
   key = compile_cache.run_key(config, task)
@@ -369,8 +376,8 @@ def build_trainer(config: ml_collections.ConfigDict, task, devices=None,
   if state_sharding is not None:
     state = jax.device_put(state, state_sharding)
     seeds = jax.device_put(seeds, seeds_sharding)
-  step = compile_cache.Program(make_grid_step(model, optimizer_for(model, config)), "grid_step",
-                               key, donate_argnums=(0,))
+  step = compile_cache.Program(make_grid_step(model, optimizer_for(model, config), layout),
+                               "grid_step", key, donate_argnums=(0,))
   place = ((lambda b: jax.device_put(b, batch_sharding)) if batch_sharding is not None
            else (lambda b: b))
   return Trainer(model, members, state, seeds, step, place, state_sharding, batch_sharding)

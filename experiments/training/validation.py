@@ -15,6 +15,7 @@ import math
 import ml_collections
 
 from experiments.training import data
+from experiments.training import members
 from experiments.training import memory
 from experiments.training import steps
 
@@ -82,6 +83,7 @@ RULES = {
     "evaluation.periodic_batch_size": at_least(0),  # 0: evaluation.batch_size.
     "grid.seeds": each(int32()),
     "grid.learning_rates": each(positive()),
+    "grid.layout": ((lambda v: v in members.LAYOUTS), f"one of {', '.join(members.LAYOUTS)}"),
 }
 
 
@@ -157,7 +159,8 @@ def check_rules(config: ml_collections.ConfigDict, rules=None) -> None:
       value = _get(config, path)
     except KeyError:
       raise ValueError(f"the config has no setting {path}") from None
-    elements = _elements(value)
+    # A tuple setting's elements (`each`); any other setting as it is.
+    elements = _elements(value) if hasattr(check, "element_check") else value
     if not check(elements):
       bad = ""
       if isinstance(elements, (tuple, list)):
