@@ -37,8 +37,10 @@ Sections:
          --roofline_train_lengths and of one length's evaluation at
          --roofline_eval_lengths (other lengths: a quadratic fit), beside the paper's
          Table 2 (V100 hours per run). Not in the default sections.
-  grid:  model-steps per second of a grid of 30 models (10 seeds x 3 learning
-         rates, one program) against one model, at one training length.
+  grid:  model-steps per second of a grid of --grid_models models (seeds x 3 learning
+         rates, one program) in each grid.layout (vmap, loop) against one model, at
+         training length --grid_length, in --grid_rounds alternating rounds of about
+         --steps model steps each.
   attention: one layer's attention (forward + backward) over the whole batch
          against cache-sized chunks (randomized_pe.attention), T = 20, 40, 80.
   buckets: training-length buckets (training.max_programs) and the persistent
@@ -109,6 +111,9 @@ _ENCODINGS = flags.DEFINE_list(
 _STEPS = flags.DEFINE_integer("steps", 200, "Timed training steps per encoding (train).")
 _MAX_TRAIN_LENGTH = flags.DEFINE_integer("max_train_length", 40, "Training lengths 1..N.")
 _GRID_LENGTH = flags.DEFINE_integer("grid_length", 20, "Input length of the grid benchmark.")
+_GRID_MODELS = flags.DEFINE_integer("grid_models", 30, "grid: models of the grid (a multiple "
+                                    "of 3: seeds x 3 learning rates).")
+_GRID_ROUNDS = flags.DEFINE_integer("grid_rounds", 3, "grid: alternating rounds.")
 _BUCKET_PROGRAMS = flags.DEFINE_list(
     "bucket_programs", ["0", "1", "4", "8"],
     "training.max_programs settings timed by `buckets` (0: one program per length).")
@@ -205,7 +210,8 @@ def main(argv):
           release_python=_RELEASE_PYTHON.value, release_semantics=_RELEASE_SEMANTICS.value,
           limit_encodings=_LIMIT_ENCODINGS.value, limit_lengths=_LIMIT_LENGTHS.value,
           limit_steps=_LIMIT_STEPS.value, limit_profile_steps=_LIMIT_PROFILE_STEPS.value),
-      "grid": lambda: model_speed.bench_grid(_GRID_LENGTH.value, _STEPS.value),
+      "grid": lambda: model_speed.bench_grid(_GRID_LENGTH.value, _STEPS.value,
+                                             _GRID_MODELS.value, _GRID_ROUNDS.value),
       "attention": lambda: model_speed.bench_attention(_REPEATS.value),
       "buckets": lambda: buckets.bench_buckets(
           scratch=_SCRATCH.value, parts=_BUCKET_PARTS.value,

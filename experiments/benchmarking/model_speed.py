@@ -1,7 +1,8 @@
 """Sections `grid` and `attention`: model-steps per second of a grid of 30 models in one
-program against one model, and one layer's attention over the whole batch against
-cache-sized chunks."""
+program (each `grid.layout`) against one model, and one layer's attention over the whole
+batch against cache-sized chunks."""
 
+import statistics
 import time
 
 import jax
@@ -10,6 +11,7 @@ import jax.numpy as jnp
 from configs import default
 from experiments.benchmarking import timing
 from experiments.training import data
+from experiments.training import members
 from experiments.training import steps
 from randomized_pe import attention
 from randomized_pe import encodings
@@ -17,38 +19,61 @@ from randomized_pe import samplers
 import tasks
 
 
-def bench_grid(length: int, steps_per_setting: int) -> dict:
-  """Model-steps per second of a 10-seed x 3-rate grid against one model at training
-  length `length`, each timed over `steps_per_setting` model steps (at least 2 grid
-  steps)."""
+def bench_grid(length: int, steps_per_setting: int, grid_models: int = 30,
+               rounds: int = 3) -> dict:
+  """Model-steps per second of one model and of a grid of `grid_models` models (seeds x 3
+  learning rates, one program) in each layout of `grid.layout`, at training length
+  `length`: every program compiled first, then `rounds` alternating rounds of about
+  `steps_per_setting` model steps each (at least 2 grid steps); the best round and the
+  median of rounds, each against one model's."""
   task = tasks.get("reverse_string")
-  results = {"device": jax.devices()[0].device_kind, "length": length}
-  print(f"device: {jax.device_count()} x {jax.devices()[0].device_kind}; reverse_string, "
-        f"batch 128, length {length} (sequence {2 * length}), randomized_relative\n")
-  print("| models | steps/s | model-steps/s | vs one model |")
-  print("|---:|---:|---:|---:|")
-  base = None
-  for seeds, rates in [((0,), (1e-4,)), (tuple(range(10)), (1e-4, 3e-4, 5e-4))]:
+  rates = (1e-4, 3e-4, 5e-4) if grid_models % 3 == 0 else (1e-4,)
+  seeds = tuple(range(grid_models // len(rates)))
+  print(f"device: {jax.device_count()} x {jax.devices()[0].device_kind}; "
+        f"{timing.cpu_name()}; reverse_string, paper model, batch 128, length {length} "
+        f"(sequence {2 * length}), randomized_relative; load {timing.load()}\n")
+  settings = [("one model", (0,), (1e-4,), members.DEFAULT)]
+  settings += [(f"{len(seeds) * len(rates)} models, {layout}", seeds, rates, layout)
+               for layout in members.LAYOUTS]
+  batch = data.make_batch(task, jax.random.PRNGKey(0), 128, length)
+  programs = []
+  for name, grid_seeds, grid_rates, layout in settings:
     config = default.get_config()
     config.model.pe = "randomized_relative"
-    config.grid.seeds, config.grid.learning_rates = seeds, rates
+    config.grid.seeds, config.grid.learning_rates = grid_seeds, grid_rates
+    config.grid.layout = layout
     trainer = steps.build_trainer(config, task, jax.devices()[:1])
-    state, member_seeds, step, members = (trainer.state, trainer.seeds, trainer.step,
-                                          trainer.members)
-    batch = data.make_batch(task, jax.random.PRNGKey(0), 128, length)
-    state, _ = step(state, member_seeds, batch)  # Compile.
-    jax.block_until_ready(state)
-    timed = max(2, steps_per_setting // len(members))
+    step = jax.jit(steps.make_grid_step(trainer.model, steps.optimizer_for(trainer.model, config),
+                                        layout))
     start = time.perf_counter()
-    for _ in range(timed):
-      state, _ = step(state, member_seeds, batch)
-    jax.block_until_ready(state)
-    rate = timed / (time.perf_counter() - start)
-    model_rate = rate * len(members)
-    base = base or model_rate
-    results[len(members)] = {"steps_per_s": rate, "model_steps_per_s": model_rate}
-    print(f"| {len(members)} | {rate:.3f} | {model_rate:.2f} | {model_rate / base:.2f}x |",
-          flush=True)
+    compiled = step.lower(trainer.state, trainer.seeds, batch).compile()
+    compile_s = time.perf_counter() - start
+    programs.append((name, compiled, trainer.state, trainer.seeds, len(trainer.members),
+                     compile_s))
+  rates_by_setting = {name: [] for name, *_ in programs}
+  for r in range(rounds):
+    order = programs[r % len(programs):] + programs[:r % len(programs)]
+    for name, compiled, state, seeds_array, models, _ in order:
+      jax.block_until_ready(compiled(state, seeds_array, batch))  # Warm.
+      timed = max(2, steps_per_setting // models)
+      start = time.perf_counter()
+      for _ in range(timed):
+        out = compiled(state, seeds_array, batch)
+      jax.block_until_ready(out)
+      rates_by_setting[name].append(timed * models / (time.perf_counter() - start))
+  results = {"device": jax.devices()[0].device_kind, "cpu": timing.cpu_name(),
+             "length": length, "rounds": rounds, "settings": {}}
+  print("| setting | compile s | model-steps/s (best / median of rounds) | vs one model "
+        "(best / median) |")
+  print("|---|---:|---:|---:|")
+  base = rates_by_setting["one model"]
+  for name, *_, compile_s in programs:
+    got = rates_by_setting[name]
+    best, median = max(got), statistics.median(got)
+    results["settings"][name] = {"compile_s": compile_s, "model_steps_per_s": got}
+    print(f"| {name} | {compile_s:.1f} | {best:.2f} / {median:.2f} | "
+          f"{best / max(base):.2f}x / {median / statistics.median(base):.2f}x |", flush=True)
+  print(f"\nload after: {timing.load()}")
   return results
 
 
