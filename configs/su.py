@@ -83,4 +83,8 @@ def get_config(arg=None):
   elif scale == "cpu":
     config.sweep.tasks = scales.CPU_TASKS
     scales.apply_cpu(config)
+    # Its 3-seed grids one model after another: 1.11-1.18x the model-steps/s of vmap at
+    # this size on a 2-core CPU (docs/benchmark.md, "Grids"). Table 1's cpu jobs keep
+    # vmap, the layout their committed results trained with (Table 3 reuses them).
+    config.grid.layout = "loop"
   return config
