@@ -89,12 +89,20 @@ def main(argv):
       except stopping.Interrupted as e:
         print(f"interrupted: {e}", file=sys.stderr, flush=True)
         sys.exit(e.exit_code)
-      except (workdir_lib.WorkdirBusy, loop.NonFiniteLossError, io_utils.CorruptFileError,
-              checkpoints.StorageError, OSError) as e:
+      except (workdir_lib.WorkdirBusy, loop.NonFiniteLossError,
+              io_utils.CorruptFileError) as e:
         if library_log is None:  # Debug mode: the traceback too.
           cli.log_traceback(None, e)
         cli.fail(cli.one_line(e) + (details() if library_log is None or library_log.used
                                     else ""), cli.EXIT_FAILED)
+      except (checkpoints.StorageError, OSError) as e:
+        # A storage failure's details (the library's own error, chained to ours) go to the
+        # log before the line is printed, so the line points to them whether or not the
+        # library's threads have printed theirs by then (they may still be writing). Not
+        # before the run's folder exists: the log would go to the terminal.
+        if library_log is None or os.path.isdir(workdir):
+          cli.log_traceback(library_log, e)
+        cli.fail(cli.one_line(e) + details(), cli.EXIT_FAILED)
       except MemoryError as e:
         cli.log_traceback(library_log, e)
         cli.fail(f"out of memory{': ' + cli.one_line(e) if str(e) else ''}; lower "

@@ -291,6 +291,35 @@ def test_a_full_disk_while_saving_is_one_line_and_the_details_go_to_a_log(tmp_pa
     assert "Traceback" in (run / "library.log").read_text()
 
 
+def test_a_storage_failure_points_to_the_log_even_before_the_library_prints(tmp_path):
+  # The full-disk test above depends on when orbax's threads print: here no library has
+  # printed anything when the error comes, and the line must still point to the log,
+  # which holds the traceback of the failure and of its cause.
+  run = tmp_path / "run"
+  script = f"""
+import os, runpy, sys
+from experiments.storage import checkpoints
+from experiments.training import loop
+def failing(config, workdir, *args, **kwargs):
+  os.makedirs(workdir)  # As the loop does before its first save.
+  try:
+    raise OSError(28, "No space left on device")
+  except OSError as cause:
+    raise checkpoints.StorageError("cannot save the checkpoint of step 1") from cause
+loop.train_and_evaluate = failing
+sys.argv = ["train", "--workdir={run}", *{TINY_FLAGS!r}, "--config.compilation_cache=off"]
+runpy.run_module("experiments.train", run_name="__main__")
+"""
+  out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=ENV, capture_output=True,
+                       text=True, timeout=300)
+  assert out.returncode == 1, out.stderr[-3000:]
+  assert _one_error_line(out.stderr) == ("error: cannot save the checkpoint of step 1 "
+                                         f"(the libraries' messages: {run}/library.log)")
+  log = (run / "library.log").read_text()
+  assert "StorageError: cannot save the checkpoint of step 1" in log
+  assert "No space left on device" in log  # The cause, chained.
+
+
 def test_programs_that_cannot_fit_in_memory_are_refused_up_front(tmp_path, monkeypatch):
   from experiments.training import memory  # pylint: disable=import-outside-toplevel
   monkeypatch.setenv(memory.LIMIT_ENV, str(2**30))  # A fake limit of 1 GiB.
