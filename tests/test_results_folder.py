@@ -95,6 +95,12 @@ def test_the_ordering_figure_draws_every_cell_of_the_ordering_rows(tmp_path):
   assert [(r["task"], r["family"], r["verdict"]) for r in rows] == [
       ("a", "relative", "holds"), ("a", "sin_cos", "within one std"),
       ("b", "relative", "missing"), ("b", "sin_cos", "not learned")]
+  grid = report.ordering_grid_markdown(rows).splitlines()
+  assert grid[:4] == ["| task | relative → randomized | sin_cos → randomized |",
+                      "|---|---|---|",
+                      "| a | 60.0 → 70.5 ✓ | 40.0 → 45.0 ≈ |",
+                      "| b | – | 30.0 → 20.0 † |"]
+  assert report.ordering_grid_markdown(rows) in report.ordering_markdown(rows)
   path = tmp_path / "ordering.png"
   drawn = report.plot_ordering(rows, str(path))
   assert path.stat().st_size > 0

@@ -745,6 +745,32 @@ def ordering_rows(tasks, encodings, table4, training, paper_table4=None) -> list
   return rows
 
 
+VERDICT_MARKS = {"holds": "✓", "within one std": "≈", "reversed": "✗",
+                 "not learned": UNTRAINED_MARK}
+
+
+def ordering_grid_markdown(rows) -> str:
+  """`ordering_rows` at a glance: one row per task, one column per family, each cell the
+  classic and the randomized twin's unseen-length means and the verdict's mark."""
+  families = list(dict.fromkeys(r["family"] for r in rows))
+  by_cell = {(r["task"], r["family"]): r for r in rows}
+  lines = ["| task | " + " | ".join(f"{f} → randomized" for f in families) + " |",
+           "|---|" + "---|" * len(families)]
+  for task in dict.fromkeys(r["task"] for r in rows):
+    cells = []
+    for family in families:
+      r = by_cell.get((task, family))
+      if r is None or r["verdict"] == "missing":
+        cells.append(MISSING)
+        continue
+      cells.append(f"{r['classic'][0]:.1f} → {r['randomized'][0]:.1f} "
+                   f"{VERDICT_MARKS[r['verdict']]}")
+    lines.append(f"| {task} | " + " | ".join(cells) + " |")
+  legend = ", ".join(f"{mark} {verdict}" for verdict, mark in VERDICT_MARKS.items())
+  return "\n".join(lines + ["", f"Unseen-length accuracy in %, mean over seeds; {legend} "
+                             f"(no verdict), {MISSING} not run yet."])
+
+
 def ordering_markdown(rows) -> str:
   def pair(value, train=None):
     text = MISSING if value is None else f"{value[0]:.1f} ± {value[1]:.1f}"
@@ -756,6 +782,7 @@ def ordering_markdown(rows) -> str:
            f"{UNTRAINED_MARK} below {TRAINED:.0f}%); the paper's Table 4 cells beside. "
            "\"holds\": the randomized mean exceeds the classic one by more than the larger "
            "std; \"not learned\": a twin below the training-length threshold, no verdict.",
+           "", ordering_grid_markdown(rows), "", "In detail:",
            "", "| task | family | classic | randomized | gain | verdict | paper classic | "
            "paper randomized |", "|---|---|---:|---:|---:|---|---:|---:|"]
   for r in rows:
