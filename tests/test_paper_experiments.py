@@ -329,3 +329,45 @@ def test_study_report_learning_curves_and_runs_moved_aside(tmp_path):
   assert os.path.getsize(os.path.join(out["out_dir"], "figures", "reverse_string.png")) > 1000
   # The other reports leave moved-aside runs out.
   assert list(report.load_sweep(str(sweep_dir))) == [("reverse_string", "A-relative")]
+
+
+def test_study_report_gives_the_ordering_at_every_step_evaluated_during_training(tmp_path):
+  """Classic and randomized twins evaluated at the same steps: the verdict of
+  ordering.md at each (not learned, within one std, holds, reversed), in a table per
+  family and a figure; a twin without evaluations gives no row."""
+  sweep_dir = tmp_path / "sweep"
+  config = {"sweep": {"report": "study"}}
+  curve = [1.0, 1.0, 0.5, 0.5]
+  models = [_model(0, 1e-3, 0.6, curve), _model(1, 1e-3, 0.7, curve)]
+
+  def evaluations(trains, unseens):
+    return [{"step": 100 * (i + 1), "train_seconds": 10 * (i + 1),
+             "evaluation": {"train_range": t, "unseen": u}}
+            for i, (t, u) in enumerate(zip(trains, unseens))]
+
+  ones = [1.0, 1.0]
+  # Binary fractions, so that the gains and stds are exact: 6.25 against a std of 6.25
+  # is within one std, not above it.
+  _job(sweep_dir, "reverse_string", "relative", models, config, metrics=evaluations(
+      [[0.9, 1.0], ones, ones, ones], [[0.5, 0.5], [0.5, 0.625], [0.5, 0.5], [0.75, 0.75]]))
+  _job(sweep_dir, "reverse_string", "randomized_relative", models, config,
+       metrics=evaluations([[0.9, 0.96], ones, ones, ones],
+                           [[0.5, 0.5], [0.5625, 0.6875], [0.75, 0.8125], [0.5, 0.5]]))
+  _job(sweep_dir, "even_pairs", "relative", models, config,
+       metrics=evaluations([ones], [[0.5, 0.5]]))
+  _job(sweep_dir, "even_pairs", "randomized_relative", models, config)  # No evaluations.
+  out = report.write_report(str(sweep_dir))
+  assert out["kind"] == "study"
+  rows = out["ordering_during_training"]
+  assert [(r["task"], r["step"], r["verdict"]) for r in rows] == [
+      ("reverse_string", 100, "not learned"), ("reverse_string", 200, "within one std"),
+      ("reverse_string", 300, "holds"), ("reverse_string", 400, "reversed")]
+  np.testing.assert_allclose([r["gain"] for r in rows], [0.0, 6.25, 28.125, -25.0])
+  text = out["table"]
+  section = text[text.index("### The ordering during training"):]
+  assert ("relative → randomized_relative:\n\n| task | 100 | 200 | 300 | 400 |\n"
+          "|---|---:|---:|---:|---:|\n"
+          "| reverse_string | † +0.0 | ≈ +6.2 | ✓ +28.1 | ✗ -25.0 |") in section
+  assert "even_pairs" not in section
+  figure = os.path.join(out["out_dir"], "figures", "ordering_during_training.png")
+  assert os.path.getsize(figure) > 1000

@@ -727,22 +727,28 @@ def ordering_rows(tasks, encodings, table4, training, paper_table4=None) -> list
       trained = (training.get((task, pe)), training.get((task, twin)))
       row = {"task": task, "family": pe, "classic": classic, "randomized": randomized,
              "training": trained, "paper": (table4[task, pe][1], table4[task, twin][1])}
-      if classic is None or randomized is None:
-        row.update(gain=None, verdict="missing")
-      else:
-        gain = randomized[0] - classic[0]
-        spread = max(classic[1], randomized[1])
-        if any(t is None or t < TRAINED for t in trained):
-          verdict = "not learned"
-        elif gain > spread:
-          verdict = "holds"
-        elif gain < -spread:
-          verdict = "reversed"
-        else:
-          verdict = "within one std"
-        row.update(gain=gain, verdict=verdict)
+      gain, verdict = ordering_verdict(classic, randomized, trained)
+      row.update(gain=gain, verdict=verdict)
       rows.append(row)
   return rows
+
+
+def ordering_verdict(classic, randomized, trained) -> tuple[float | None, str]:
+  """(gain, verdict) of one task and family: classic and randomized are the twins'
+  unseen-length (mean, std) in % or None, trained their training-length means (None:
+  unknown). The gain is the randomized twin's mean minus the classic's; the verdict is
+  `ordering_rows`'."""
+  if classic is None or randomized is None:
+    return None, "missing"
+  gain = randomized[0] - classic[0]
+  spread = max(classic[1], randomized[1])
+  if any(t is None or t < TRAINED for t in trained):
+    return gain, "not learned"
+  if gain > spread:
+    return gain, "holds"
+  if gain < -spread:
+    return gain, "reversed"
+  return gain, "within one std"
 
 
 VERDICT_MARKS = {"holds": "✓", "within one std": "≈", "reversed": "✗",
@@ -906,9 +912,11 @@ def write_paper_report(sweep_dir: str, results: dict, out_dir: str, unfinished=(
 # SETTING-ENCODING, every job evaluated during training.
 
 
-def learning_curve(sweep_dir: str, task: str, name: str, result: dict) -> dict | None:
-  """The job's evaluations during training, over the seeds at the best learning rate:
-  {"steps", "seconds", "train", "unseen"} (lists; accuracy means in %); None without them."""
+def evaluations_during_training(sweep_dir: str, task: str, name: str,
+                                result: dict) -> dict | None:
+  """The job's evaluations during training, per seed at the best learning rate (the final
+  evaluation's, `_best_rate_models`): {"steps", "seconds" (lists), "train", "unseen"
+  (arrays [evaluations, seeds], accuracy in %)}; None without them."""
   records = _job_records(sweep_dir, task, name)
   evaluations = [r for r in records or [] if "evaluation" in r and "train_seconds" in r]
   if not evaluations:
@@ -920,11 +928,97 @@ def learning_curve(sweep_dir: str, task: str, name: str, result: dict) -> dict |
   def series(key):
     values = np.asarray([_per_model(r["evaluation"][key], len(models)) for r in evaluations],
                         np.float64) * 100
-    return values[:, columns].mean(axis=1).tolist()
+    return values[:, columns]
 
   return {"steps": [r["step"] for r in evaluations],
           "seconds": [r["train_seconds"] for r in evaluations],
           "train": series("train_range"), "unseen": series("unseen")}
+
+
+def learning_curve(sweep_dir: str, task: str, name: str, result: dict) -> dict | None:
+  """The job's evaluations during training, over the seeds at the best learning rate:
+  {"steps", "seconds", "train", "unseen"} (lists; accuracy means in %); None without them."""
+  seen = evaluations_during_training(sweep_dir, task, name, result)
+  if seen is None:
+    return None
+  return {**seen, "train": seen["train"].mean(axis=1).tolist(),
+          "unseen": seen["unseen"].mean(axis=1).tolist()}
+
+
+def ordering_during_training(sweep_dir: str, results: dict, tasks, names) -> list[dict]:
+  """`ordering_rows`' verdict at every step where both twins (NAME and randomized_NAME,
+  both in `names`) were evaluated during training: [{"task", "family", "step", "gain",
+  "verdict"}], from the evaluations in metrics.jsonl (mean and std over the seeds at each
+  job's best final learning rate). Those evaluations draw their own sequences (the
+  protocol's periodic batch and buckets), so the last step's verdict may differ from the
+  final evaluation's."""
+  rows = []
+  for task in tasks:
+    for family in names:
+      twin = f"randomized_{family}"
+      if family.startswith("randomized_") or twin not in names:
+        continue
+      pair = [results.get((task, n)) for n in (family, twin)]
+      seen = [None if r is None else evaluations_during_training(sweep_dir, task, n, r)
+              for r, n in zip(pair, (family, twin))]
+      if any(s is None for s in seen):
+        continue
+      at = [dict(zip(s["steps"], range(len(s["steps"])))) for s in seen]
+      for step in sorted(set(at[0]) & set(at[1])):
+        unseen = [(float(s["unseen"][a[step]].mean()), float(s["unseen"][a[step]].std()))
+                  for s, a in zip(seen, at)]
+        trained = [float(s["train"][a[step]].mean()) for s, a in zip(seen, at)]
+        gain, verdict = ordering_verdict(*unseen, trained)
+        rows.append({"task": task, "family": family, "step": step, "gain": gain,
+                     "verdict": verdict})
+  return rows
+
+
+def ordering_during_training_markdown(rows) -> str:
+  """One table per family: a row per task, a column per evaluated step, each cell the
+  verdict's mark and the gain in points."""
+  parts = []
+  for family in dict.fromkeys(r["family"] for r in rows):
+    mine = [r for r in rows if r["family"] == family]
+    steps = sorted({r["step"] for r in mine})
+    cells = {(r["task"], r["step"]): f"{VERDICT_MARKS[r['verdict']]} {r['gain']:+.1f}"
+             for r in mine}
+    lines = [f"{family} → randomized_{family}:", "",
+             "| task | " + " | ".join(str(s) for s in steps) + " |",
+             "|---|" + "---:|" * len(steps)]
+    for task in dict.fromkeys(r["task"] for r in mine):
+      lines.append(f"| {task} | " + " | ".join(cells.get((task, s), "")
+                                                for s in steps) + " |")
+    parts.append("\n".join(lines))
+  return "\n\n".join(parts)
+
+
+def plot_ordering_during_training(rows, path: str) -> None:
+  """The gain (randomized twin minus classic, unseen lengths) against steps: a panel per
+  family, a line per task; filled markers where both twins had learned their training
+  lengths, hollow where not."""
+  families = list(dict.fromkeys(r["family"] for r in rows))
+  plt, fig, axes = figures.panels(4, 3.2, len(families))
+  tasks = list(dict.fromkeys(r["task"] for r in rows))
+  handles = {}  # One legend entry per task, whichever panels it is in.
+  for ax, family in zip(axes, families):
+    for i, task in enumerate(tasks):
+      mine = [r for r in rows if r["family"] == family and r["task"] == task]
+      if not mine:
+        continue
+      color = plt.get_cmap("tab10")(i % 10)
+      steps = [r["step"] for r in mine]
+      gains = [r["gain"] for r in mine]
+      handles.setdefault(task, ax.plot(steps, gains, "-", color=color, label=task)[0])
+      for step, gain, r in zip(steps, gains, mine):
+        learned = r["verdict"] != "not learned"
+        ax.plot([step], [gain], "o", color=color, markersize=4,
+                markerfacecolor=color if learned else "none")
+    ax.axhline(0, color="grey", linewidth=0.8)
+    ax.set(xlabel="step", ylabel="unseen-length gain (points)", title=family)
+  axes[-1].legend([handles[t] for t in tasks if t in handles], [t for t in tasks if t in handles],
+                  fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
+  figures.save(plt, fig, path, fit_outside=True)
 
 
 def _first_step(curve: dict, key: str, threshold: float):
@@ -979,6 +1073,17 @@ def write_study_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
                    f"{fmt(unseen)} | {MISSING if first is None else first} | {fmt(best)} | "
                    f"{fmt(seconds, 0)} |")
       rows.append([task, name, result.get("step"), train, unseen, first, best, seconds])
+  during = ordering_during_training(sweep_dir, results, tasks, names)
+  if during:
+    lines += ["", "### The ordering during training", "",
+              "Each classic encoding against its randomized twin at every step where both "
+              "were evaluated during training: the unseen-length gain in points (randomized "
+              "minus classic, means over the seeds) and the verdict of ordering.md "
+              f"({', '.join(f'{m} {v}' for v, m in VERDICT_MARKS.items())}). These "
+              "evaluations are the protocol's periodic ones (their own batch of sequences), "
+              "not the final evaluation.", "", ordering_during_training_markdown(during)]
+    plot_ordering_during_training(during, os.path.join(out_dir, figures.FOLDER,
+                                                       "ordering_during_training.png"))
   md = "\n".join(lines)
   _write_both(out_dir, "study", md, rows)
   for task in tasks:
@@ -997,7 +1102,7 @@ def write_study_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
     figures.save(plt, fig, os.path.join(out_dir, figures.FOLDER, f"{task}.png"),
                  fit_outside=True)  # The legend stands beside the panels.
   return {"kind": "study", "tasks": tasks, "variants": names, "curves": curves,
-          "table": md, "text": md}
+          "ordering_during_training": during, "table": md, "text": md}
 
 
 def _variants_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
