@@ -37,7 +37,10 @@ Experiments of the paper's appendix name their report in the sweep config
   study      (configs/cpu_study.py) study.md: per (task, setting, encoding) the accuracy
              on the training and unseen lengths, when training reached 95%, seconds;
              figures/TASK.png: learning curves against steps and training seconds;
-             runs moved aside (NAME.replaced-WHEN, an earlier protocol) beside them
+             runs moved aside (NAME.replaced-WHEN, an earlier protocol) beside them;
+             where both twins of a family ran (NAME, randomized_NAME), ordering.md's
+             verdict at every step evaluated during training, a table per family and
+             figures/ordering_during_training.png
   ito        (--kind=ito, a folder of Latin-square runs) Ito et al.'s Tables 1-6 beside
              ours, as python -m experiments.ito_report writes them
 --kind=auto (default) takes the jobs' `sweep.report`, else the variants report when
