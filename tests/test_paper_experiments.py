@@ -371,3 +371,16 @@ def test_study_report_gives_the_ordering_at_every_step_evaluated_during_training
   assert "even_pairs" not in section
   figure = os.path.join(out["out_dir"], "figures", "ordering_during_training.png")
   assert os.path.getsize(figure) > 1000
+
+
+def test_the_randomized_twin_of_an_encoding_and_of_a_studys_variant():
+  names = ["relative", "randomized_relative", "A-rope", "A-randomized_rope", "B-rope",
+           "relative.replaced-20261126-batch128",
+           "randomized_relative.replaced-20261126-batch128"]
+  twins = {name: report.randomized_twin(name, names) for name in names}
+  assert twins == {"relative": "randomized_relative", "randomized_relative": None,
+                   "A-rope": "A-randomized_rope", "A-randomized_rope": None,
+                   "B-rope": None,  # B-randomized_rope did not run.
+                   "relative.replaced-20261126-batch128":
+                       "randomized_relative.replaced-20261126-batch128",
+                   "randomized_relative.replaced-20261126-batch128": None}

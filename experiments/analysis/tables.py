@@ -945,18 +945,31 @@ def learning_curve(sweep_dir: str, task: str, name: str, result: dict) -> dict |
           "unseen": seen["unseen"].mean(axis=1).tolist()}
 
 
+def randomized_twin(name: str, names) -> str | None:
+  """The variant among `names` that is `name` with its encoding randomized: randomized_NAME
+  (a sweep of encodings), or SETTING-randomized_ENC for SETTING-ENC (the study's
+  variants); None if there is none or `name` is itself randomized."""
+  prefix, _, encoding = name.rpartition("-")
+  if encoding.startswith("randomized_") or name.startswith("randomized_"):
+    return None
+  for twin in (f"randomized_{name}", f"{prefix}-randomized_{encoding}" if prefix else None):
+    if twin in names:
+      return twin
+  return None
+
+
 def ordering_during_training(sweep_dir: str, results: dict, tasks, names) -> list[dict]:
-  """`ordering_rows`' verdict at every step where both twins (NAME and randomized_NAME,
-  both in `names`) were evaluated during training: [{"task", "family", "step", "gain",
-  "verdict"}], from the evaluations in metrics.jsonl (mean and std over the seeds at each
-  job's best final learning rate). Those evaluations draw their own sequences (the
-  protocol's periodic batch and buckets), so the last step's verdict may differ from the
-  final evaluation's."""
+  """`ordering_rows`' verdict at every step where both twins (a variant and its
+  `randomized_twin`, both in `names`) were evaluated during training: [{"task", "family"
+  (the classic variant's name), "twin", "step", "gain", "verdict"}], from the evaluations
+  in metrics.jsonl (mean and std over the seeds at each job's best final learning rate).
+  Those evaluations draw their own sequences (the protocol's periodic batch and buckets),
+  so the last step's verdict may differ from the final evaluation's."""
   rows = []
   for task in tasks:
     for family in names:
-      twin = f"randomized_{family}"
-      if family.startswith("randomized_") or twin not in names:
+      twin = randomized_twin(family, names)
+      if twin is None:
         continue
       pair = [results.get((task, n)) for n in (family, twin)]
       seen = [None if r is None else evaluations_during_training(sweep_dir, task, n, r)
@@ -969,8 +982,8 @@ def ordering_during_training(sweep_dir: str, results: dict, tasks, names) -> lis
                   for s, a in zip(seen, at)]
         trained = [float(s["train"][a[step]].mean()) for s, a in zip(seen, at)]
         gain, verdict = ordering_verdict(*unseen, trained)
-        rows.append({"task": task, "family": family, "step": step, "gain": gain,
-                     "verdict": verdict})
+        rows.append({"task": task, "family": family, "twin": twin, "step": step,
+                     "gain": gain, "verdict": verdict})
   return rows
 
 
@@ -983,7 +996,7 @@ def ordering_during_training_markdown(rows) -> str:
     steps = sorted({r["step"] for r in mine})
     cells = {(r["task"], r["step"]): f"{VERDICT_MARKS[r['verdict']]} {r['gain']:+.1f}"
              for r in mine}
-    lines = [f"{family} → randomized_{family}:", "",
+    lines = [f"{family} → {mine[0]['twin']}:", "",
              "| task | " + " | ".join(str(s) for s in steps) + " |",
              "|---|" + "---:|" * len(steps)]
     for task in dict.fromkeys(r["task"] for r in mine):
