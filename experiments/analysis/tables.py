@@ -720,8 +720,8 @@ def ordering_rows(tasks, encodings, table4, training, paper_table4=None) -> list
   rows = []
   for task in tasks:
     for pe in encodings:
-      twin = f"randomized_{pe}"
-      if pe.startswith("randomized_") or twin not in encodings:
+      twin = randomized_twin(pe, encodings)
+      if twin is None:
         continue
       classic, randomized = table4[task, pe][0], table4[task, twin][0]
       trained = (training.get((task, pe)), training.get((task, twin)))
