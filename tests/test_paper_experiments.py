@@ -162,6 +162,31 @@ def test_table3_report(tmp_path):
   rows = list(csv.reader(open(os.path.join(out["out_dir"], "table3.csv"))))
   assert ["even_pairs", "unsorted", "", f"{t3['even_pairs']:.2f}"] in rows
   assert os.path.getsize(os.path.join(out["out_dir"], "figures", "reverse_string.png")) > 1000
+  # Mean ± std over seeds beside the maxima, with the training lengths' accuracy.
+  by_task = {r["task"]: r for r in out["sorting"]}
+  assert by_task["even_pairs"]["verdict"] == "missing"
+  rev = by_task["reverse_string"]
+  assert rev["randomized"] == pytest.approx((85.0, 5.0)) and rev["training"] == (100.0, 100.0)
+  assert rev["classic"] == pytest.approx((55.0, 5.0))
+  assert rev["gain"] == pytest.approx(30.0) and rev["verdict"] == "holds"
+  sorting = (tmp_path / "sweep" / "report" / "sorting.md").read_text()
+  assert _table(sorting)[2] == ["reverse_string", "85.0 ± 5.0 (train 100.0)",
+                                "55.0 ± 5.0 (train 100.0)", "+30.0", "holds"]
+  assert "sorting matters (holds) on 1 of 2 tasks" in sorting and sorting in out["text"]
+  assert os.path.getsize(os.path.join(out["out_dir"], "figures", "sorting.png")) > 1000
+
+
+def test_sorting_verdicts():
+  # Sorted and unsorted (mean, std) in %, with exact binary fractions: a gain of 6.25
+  # against a std of 6.25 is within one std.
+  verdict = report.sorting_verdict
+  assert verdict((80.0, 2.0), (50.0, 1.0), 99.0, 99.0) == (30.0, "holds")
+  assert verdict((80.0, 2.0), (50.0, 1.0), 99.0, 69.0) == (30.0, "holds, unsorted not learned")
+  assert verdict((56.25, 6.25), (50.0, 1.0), 99.0, 69.0) == (6.25, "within one std")
+  assert verdict((50.0, 1.0), (60.0, 2.0), 99.0, 99.0) == (-10.0, "reversed")
+  assert verdict((80.0, 2.0), (50.0, 1.0), 94.0, 99.0) == (30.0, "sorted not learned")
+  assert verdict((80.0, 2.0), (50.0, 1.0), None, 99.0) == (30.0, "sorted not learned")
+  assert verdict(None, (50.0, 1.0), 99.0, 99.0) == (None, "missing")
 
 
 def test_figure3_report_reads_L_from_each_job(tmp_path):

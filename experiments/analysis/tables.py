@@ -473,13 +473,88 @@ def write_table3_report(results: dict, out_dir: str) -> dict:
   if gains["ours"] is not None:
     md += (f"\n\nsorted minus unsorted, mean over these tasks: {gains['ours']:+.1f} points "
            f"(paper, same tasks: {gains['paper_same_tasks']:+.1f}; paper, 15 tasks: +15.7)")
+  rows = sorting_rows(tasks, results)
+  text = md + "\n\n" + sorting_markdown(rows)
   _write_both(out_dir, "table3", md, [["task", "variant", "ours", "paper"]] + [
       [task, v, *cells[task, v]] for task in tasks for v in TABLE3_VARIANTS])
+  with open(os.path.join(out_dir, "sorting.md"), "w") as f:
+    f.write(sorting_markdown(rows) + "\n")
+  plot_ordering(rows, os.path.join(out_dir, figures.FOLDER, "sorting.png"),
+                names=("unsorted", "sorted"), title=SORTING_TITLE)
   for task in tasks:
     plot_variants(task, results, list(TABLE3_VARIANTS),
                   os.path.join(out_dir, figures.FOLDER, f"{task}.png"))
   return {"kind": "table3", "tasks": tasks, "cells": cells, "gains": gains, "table": md,
-          "text": md}
+          "sorting": rows, "text": text}
+
+
+def sorting_rows(tasks, results: dict) -> list[dict]:
+  """Per task, Table 3's two variants as `ordering_rows` gives a family's twins (unsorted
+  in the classic's place, sorted in the randomized one's): unseen-length (mean, std) over
+  seeds at the best learning rate, the training-length means, and `sorting_verdict`.
+  The paper's Table 3 gives maxima only, so "paper" is empty."""
+  rows = []
+  for task in tasks:
+    value = {v: variant_value(results[task, v]) if (task, v) in results else None
+             for v in TABLE3_VARIANTS}
+    row = {"task": task, "family": "randomized_sin_cos",
+           "classic": value["unsorted"] and value["unsorted"][:2],
+           "randomized": value["sorted"] and value["sorted"][:2],
+           "training": tuple(value[v] and value[v][3] for v in ("unsorted", "sorted")),
+           "paper": (None, None)}
+    gain, verdict = sorting_verdict(row["randomized"], row["classic"], row["training"][1],
+                                    row["training"][0])
+    row.update(gain=gain, verdict=verdict)
+    rows.append(row)
+  return rows
+
+
+def sorting_verdict(sorted_value, unsorted_value, sorted_train,
+                    unsorted_train) -> tuple[float | None, str]:
+  """(gain, verdict) of one task of Table 3: the values are the unseen-length (mean, std)
+  in % of the sorted and the unsorted model (None: missing), the trains their
+  training-length means. The gain is sorted minus unsorted. Unlike `ordering_verdict`, an
+  unsorted model that has not learned its training lengths still gets a verdict: that is
+  the paper's point in its strongest form (positions in random order carry no order to
+  learn from), shown as "holds, unsorted not learned". A sorted model below TRAINED gives
+  "sorted not learned" (no verdict)."""
+  if sorted_value is None or unsorted_value is None:
+    return None, "missing"
+  gain = sorted_value[0] - unsorted_value[0]
+  if sorted_train is None or sorted_train < TRAINED:
+    return gain, "sorted not learned"
+  spread = max(sorted_value[1], unsorted_value[1])
+  if gain > spread:
+    unlearned = unsorted_train is None or unsorted_train < TRAINED
+    return gain, "holds, unsorted not learned" if unlearned else "holds"
+  if gain < -spread:
+    return gain, "reversed"
+  return gain, "within one std"
+
+
+SORTING_TITLE = ("randomized sin/cos, positions unsorted and sorted: unseen-length accuracy, "
+                 "mean ± std over seeds (in the bars: accuracy on the training lengths)")
+
+
+def sorting_markdown(rows) -> str:
+  def pair(value, train):
+    return MISSING if value is None else f"{value[0]:.1f} ± {value[1]:.1f}{training_text(train)}"
+
+  lines = ["## Sorted against unsorted, mean ± std over seeds", "",
+           "Unseen-length accuracy in %, mean ± std over seeds at the best learning rate "
+           f"(train: on the training lengths, {UNTRAINED_MARK} below {TRAINED:.0f}%). "
+           "\"holds\": sorted above unsorted by more than the larger std; \"holds, unsorted "
+           "not learned\": and the unsorted model did not learn even its training lengths; "
+           "\"sorted not learned\": no verdict.", "",
+           "| task | sorted | unsorted | sorted − unsorted | verdict |",
+           "|---|---:|---:|---:|---|"]
+  for r in rows:
+    gain = MISSING if r["gain"] is None else f"{r['gain']:+.1f}"
+    lines.append(f"| {r['task']} | {pair(r['randomized'], r['training'][1])} | "
+                 f"{pair(r['classic'], r['training'][0])} | {gain} | {r['verdict']} |")
+  holds = sum(r["verdict"].startswith("holds") for r in rows)
+  lines += ["", f"sorting matters (holds) on {holds} of {len(rows)} tasks"]
+  return "\n".join(lines)
 
 
 # Figure 3: accuracy against the maximum position L (configs/figure3.py).
@@ -806,12 +881,19 @@ def ordering_markdown(rows) -> str:
   return "\n".join(lines)
 
 
-def plot_ordering(rows, path: str) -> list[dict]:
+ORDERING_TITLE = ("{family} and its randomized twin: unseen-length accuracy, mean ± std over "
+                  "seeds (in the bars: accuracy on the training lengths)")
+
+
+def plot_ordering(rows, path: str, names=("{family}", "randomized_{family}"),
+                  title: str = ORDERING_TITLE) -> list[dict]:
   """`ordering_rows` as bars, one panel per family: per task the classic and the
   randomized twin's unseen-length mean with its std, the paper's Table 4 cell as a black
-  tick, the training-length accuracy inside each bar and the verdict above. Returns what
-  was drawn per task and family: {"task", "family", "classic", "randomized"} (the bars'
-  heights as drawn, None for a missing job)."""
+  tick, the training-length accuracy inside each bar and the verdict above. `names` and
+  `title`: the two bars' legend labels and the panel's title ({family} is replaced), for
+  other pairs in the same rows (`sorting_rows`). Returns what was drawn per task and
+  family: {"task", "family", "classic", "randomized"} (the bars' heights as drawn, None
+  for a missing job)."""
   families = sorted({r["family"] for r in rows})
   most = max(sum(r["family"] == f for r in rows) for f in families)
   plt, fig, axes = figures.panels(max(5.0, 1.1 * most + 2), 3.8, nrows=len(families))
@@ -825,9 +907,9 @@ def plot_ordering(rows, path: str) -> list[dict]:
           ("randomized", 0.2, "tab:orange", r["randomized"], r["training"][1], r["paper"][1])):
         heights[side] = None
         if value is not None:
+          label = names[0 if side == "classic" else 1].format(family=family)
           bars = ax.bar(i + offset, value[0], 0.38, yerr=value[1], color=color, capsize=3,
-                        label=(family if side == "classic" else f"randomized_{family}")
-                        if i == 0 else None)
+                        label=label if i == 0 else None)
           heights[side] = float(bars.patches[0].get_height())
           ax.text(i + offset, 2, MISSING if train is None else f"{train:.0f}", ha="center",
                   va="bottom", fontsize=6, color="white" if value[0] > 12 else "black")
@@ -840,9 +922,7 @@ def plot_ordering(rows, path: str) -> list[dict]:
       drawn.append({"task": r["task"], "family": family, **heights})
     ax.set_xticks(range(len(mine)), [r["task"] for r in mine], rotation=30, ha="right",
                   fontsize=7)
-    ax.set(ylabel="unseen lengths (%)", ylim=(0, 125),
-           title=f"{family} and its randomized twin: unseen-length accuracy, mean ± std over "
-           "seeds (in the bars: accuracy on the training lengths)")
+    ax.set(ylabel="unseen lengths (%)", ylim=(0, 125), title=title.format(family=family))
     ax.title.set_fontsize(8)
     ax.legend(fontsize=7, loc="upper left", ncol=3)
   figures.save(plt, fig, path)
