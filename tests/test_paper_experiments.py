@@ -10,6 +10,7 @@ import pytest
 
 from configs import figure2
 from configs import figure3
+from configs import table1
 from configs import table3
 from configs import table5
 from experiments.analysis import tables as report
@@ -174,6 +175,27 @@ def test_table3_report(tmp_path):
                                 "55.0 ± 5.0 (train 100.0)", "+30.0", "holds"]
   assert "sorting matters (holds) on 1 of 2 tasks" in sorting and sorting in out["text"]
   assert os.path.getsize(os.path.join(out["out_dir"], "figures", "sorting.png")) > 1000
+
+
+def test_a_sweep_of_copied_jobs_is_read_by_its_own_jobs_configs(tmp_path):
+  # Table 3's sorted jobs are copies of Table 1's (--reuse_from): their config.json is the
+  # sweep that trained them. The report's kind, variants and unfinished jobs come from
+  # this sweep's own jobs, here one started (config.json, no eval.json yet).
+  sweep_dir = tmp_path / "sweep"
+  curve = lambda u: [1.0, 1.0, u, u]  # pylint: disable=unnecessary-lambda-assignment
+  _job(sweep_dir, "reverse_string", "sorted", [_model(0, 1e-3, 0.8, curve(0.8))],
+       table1.get_config("scale=small").to_dict())
+  (sweep_dir / "reverse_string" / "sorted" / sweep.REUSED_FROM).write_text(
+      json.dumps({"source": "../../../table1/reverse_string/randomized_sin_cos"}))
+  own = table3.get_config("scale=small")
+  os.makedirs(sweep_dir / "reverse_string" / "unsorted")
+  (sweep_dir / "reverse_string" / "unsorted" / "config.json").write_text(
+      json.dumps(own.to_dict()))
+  out = report.write_report(str(sweep_dir))
+  assert out["kind"] == "table3"
+  expected = {(t, v) for t in own.sweep.tasks for v in ("sorted", "unsorted")}
+  assert report.unfinished_jobs(str(sweep_dir), report.load_sweep(str(sweep_dir))) == sorted(
+      expected - {("reverse_string", "sorted")})
 
 
 def test_sorting_verdicts():

@@ -88,7 +88,22 @@ def unfinished_jobs(sweep_dir: str, results: dict) -> list[tuple[str, str]]:
   name (`sweep.tasks` x its variants, from any job's config.json) and the job folders
   holding a config.json, less those in `results`."""
 
-  started = set()
+  started = set(started_jobs(sweep_dir))
+  expected = set(started)
+  for stored in own_job_configs(sweep_dir, sorted(started | set(results))):
+    try:
+      sweep_config = stored.get("sweep") or {}
+      names = [n for n, _ in jobs.variants(sweep_config)]
+    except (ValueError, AttributeError, TypeError):
+      continue
+    expected |= {(t, n) for t in sweep_config.get("tasks") or () for n in names}
+  return sorted(expected - set(results))
+
+
+def started_jobs(sweep_dir: str) -> list[tuple[str, str]]:
+  """(task, name) of every job folder holding a config.json, finished or not (folders
+  moved aside, `.replaced-`, and hidden ones left out)."""
+  started = []
   for task in sorted(os.listdir(sweep_dir)):
     task_dir = os.path.join(sweep_dir, task)
     if not os.path.isdir(task_dir):
@@ -96,16 +111,25 @@ def unfinished_jobs(sweep_dir: str, results: dict) -> list[tuple[str, str]]:
     for name in sorted(os.listdir(task_dir)):
       if (".replaced-" not in name and not name.startswith(".")
           and os.path.exists(os.path.join(task_dir, name, "config.json"))):
-        started.add((task, name))
-  expected = set(started)
-  for task, name in sorted(started | set(results)):
-    try:
-      sweep_config = (stored_job_config(sweep_dir, task, name) or {}).get("sweep") or {}
-      names = [n for n, _ in jobs.variants(sweep_config)]
-    except (io_utils.CorruptFileError, ValueError, AttributeError, TypeError):
+        started.append((task, name))
+  return started
+
+
+def own_job_configs(sweep_dir: str, keys):
+  """The config.json of each job (task, name) in `keys` that this sweep trained, in that
+  order: what the report reads of the sweep's definition (its report kind, variants,
+  tasks). A job copied from another sweep (`--reuse_from`: its folder holds
+  jobs.REUSED_FROM) keeps the config.json of the sweep that trained it and is left out,
+  as are jobs without a config.json or with a damaged one."""
+  for task, name in keys:
+    if os.path.exists(os.path.join(sweep_dir, task, name, jobs.REUSED_FROM)):
       continue
-    expected |= {(t, n) for t in sweep_config.get("tasks") or () for n in names}
-  return sorted(expected - set(results))
+    try:
+      stored = stored_job_config(sweep_dir, task, name)
+    except io_utils.CorruptFileError:
+      continue
+    if stored:
+      yield stored
 
 
 def _unfinished_line(unfinished) -> str:
@@ -225,11 +249,7 @@ def sweep_variants(sweep_dir: str, results: dict) -> list[str] | None:
   """The sweep's variant names in the config's order, from the jobs' config.json
   (`sweep.encodings` then `sweep.variants`); None if no job's config names variants."""
 
-  for task, name in results:
-    try:
-      stored = stored_job_config(sweep_dir, task, name) or {}
-    except io_utils.CorruptFileError:
-      continue
+  for stored in own_job_configs(sweep_dir, results):
     sweep_config = stored.get("sweep") or {}
     if sweep_config.get("variants"):
       try:
@@ -1229,12 +1249,9 @@ KINDS = ("auto",) + tuple(REPORTS)
 
 
 def _declared_kind(sweep_dir: str, results: dict) -> str:
-  """The jobs' `sweep.report`; else "variants" if they name variants, else "paper"."""
-  for task, name in results:
-    try:
-      stored = stored_job_config(sweep_dir, task, name) or {}
-    except io_utils.CorruptFileError:
-      continue
+  """The jobs' `sweep.report` (`own_job_configs`: not a copied job's; finished jobs first,
+  then started ones); else "variants" if they name variants, else "paper"."""
+  for stored in own_job_configs(sweep_dir, [*results, *started_jobs(sweep_dir)]):
     declared = (stored.get("sweep") or {}).get("report")
     if declared in REPORTS:
       return declared
