@@ -170,9 +170,13 @@ def test_table3_report(tmp_path):
   assert rev["randomized"] == pytest.approx((85.0, 5.0)) and rev["training"] == (100.0, 100.0)
   assert rev["classic"] == pytest.approx((55.0, 5.0))
   assert rev["gain"] == pytest.approx(30.0) and rev["verdict"] == "holds"
+  # The order-blind bound on the job's lengths, scored as its accuracy: training lengths
+  # 1, 2 (100% and 75%), unseen 3, 4 (75% and 68.75%), estimated on sampled sequences.
+  assert rev["order_blind"] == pytest.approx((87.5, 71.875), abs=1.0)
   sorting = (tmp_path / "sweep" / "report" / "sorting.md").read_text()
   assert _table(sorting)[2] == ["reverse_string", "85.0 ± 5.0 (train 100.0)",
-                                "55.0 ± 5.0 (train 100.0)", "+30.0", "holds"]
+                                "55.0 ± 5.0 (train 100.0)", "+30.0", "holds",
+                                f"{rev['order_blind'][1]:.1f} (train {rev['order_blind'][0]:.1f})"]
   assert "sorting matters (holds) on 1 of 2 tasks" in sorting and sorting in out["text"]
   assert os.path.getsize(os.path.join(out["out_dir"], "figures", "sorting.png")) > 1000
 

@@ -16,10 +16,12 @@ import numpy as np
 from experiments import cli
 from experiments.analysis import figures
 from experiments.analysis import ito_tables
+from experiments.analysis import order_blind
 from experiments.storage import io_utils
 from experiments.storage import workdir as workdir_lib
 from experiments.training import events
 from experiments.training import jobs
+from experiments.training import results as results_lib
 
 PAPER_RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                              "paper_numbers",
@@ -500,7 +502,8 @@ def write_table3_report(results: dict, out_dir: str) -> dict:
   with open(os.path.join(out_dir, "sorting.md"), "w") as f:
     f.write(sorting_markdown(rows) + "\n")
   plot_ordering(rows, os.path.join(out_dir, figures.FOLDER, "sorting.png"),
-                names=("unsorted", "sorted"), title=SORTING_TITLE)
+                names=("unsorted", "sorted"), title=SORTING_TITLE,
+                tick="order-blind bound")
   for task in tasks:
     plot_variants(task, results, list(TABLE3_VARIANTS),
                   os.path.join(out_dir, figures.FOLDER, f"{task}.png"))
@@ -511,17 +514,30 @@ def write_table3_report(results: dict, out_dir: str) -> dict:
 def sorting_rows(tasks, results: dict) -> list[dict]:
   """Per task, Table 3's two variants as `ordering_rows` gives a family's twins (unsorted
   in the classic's place, sorted in the randomized one's): unseen-length (mean, std) over
-  seeds at the best learning rate, the training-length means, and `sorting_verdict`.
-  The paper's Table 3 gives maxima only, so "paper" is empty."""
+  seeds at the best learning rate, the training-length means, and `sorting_verdict`;
+  "order_blind": the best accuracy a model blind to token order can reach on the
+  unsorted job's training and unseen lengths (`order_blind.mean_bound`; None for a task
+  without one). The paper's Table 3 gives maxima only: the figure's ticks ("paper") show
+  the order-blind bound instead."""
   rows = []
   for task in tasks:
     value = {v: variant_value(results[task, v]) if (task, v) in results else None
              for v in TABLE3_VARIANTS}
+    blind = None
+    if (task, "unsorted") in results:
+      result = results[task, "unsorted"]
+      bound = order_blind.order_blind_accuracy(task, result["lengths"])
+      if bound is not None:  # Scored as the job's accuracy is (results.scores).
+        scored = results_lib.scores(list(bound), list(bound.values()),
+                                    *result["training_lengths"])
+        blind = (scored["train_range"], scored["unseen"])
     row = {"task": task, "family": "randomized_sin_cos",
            "classic": value["unsorted"] and value["unsorted"][:2],
            "randomized": value["sorted"] and value["sorted"][:2],
            "training": tuple(value[v] and value[v][3] for v in ("unsorted", "sorted")),
-           "paper": (None, None)}
+           "order_blind": blind,
+           # The figure's tick on the unsorted bar: the order-blind bound (unseen lengths).
+           "paper": ((blind[1], 0.0) if blind and blind[1] is not None else None, None)}
     gain, verdict = sorting_verdict(row["randomized"], row["classic"], row["training"][1],
                                     row["training"][0])
     row.update(gain=gain, verdict=verdict)
@@ -560,18 +576,27 @@ def sorting_markdown(rows) -> str:
   def pair(value, train):
     return MISSING if value is None else f"{value[0]:.1f} ± {value[1]:.1f}{training_text(train)}"
 
+  def bound(blind):
+    if not blind or blind[1] is None:
+      return MISSING
+    return f"{blind[1]:.1f} (train {blind[0]:.1f})"
+
   lines = ["## Sorted against unsorted, mean ± std over seeds", "",
            "Unseen-length accuracy in %, mean ± std over seeds at the best learning rate "
            f"(train: on the training lengths, {UNTRAINED_MARK} below {TRAINED:.0f}%). "
            "\"holds\": sorted above unsorted by more than the larger std; \"holds, unsorted "
            "not learned\": and the unsorted model did not learn even its training lengths; "
-           "\"sorted not learned\": no verdict.", "",
-           "| task | sorted | unsorted | sorted − unsorted | verdict |",
-           "|---|---:|---:|---:|---|"]
+           "\"sorted not learned\": no verdict. Order-blind bound: the best accuracy of a "
+           "model that cannot tell which token comes first (it predicts the output's most "
+           "frequent token everywhere), on the unsorted job's lengths "
+           f"(experiments/analysis/order_blind.py; {MISSING}: order decides the output).", "",
+           "| task | sorted | unsorted | sorted − unsorted | verdict | order-blind bound |",
+           "|---|---:|---:|---:|---|---:|"]
   for r in rows:
     gain = MISSING if r["gain"] is None else f"{r['gain']:+.1f}"
     lines.append(f"| {r['task']} | {pair(r['randomized'], r['training'][1])} | "
-                 f"{pair(r['classic'], r['training'][0])} | {gain} | {r['verdict']} |")
+                 f"{pair(r['classic'], r['training'][0])} | {gain} | {r['verdict']} | "
+                 f"{bound(r.get('order_blind'))} |")
   holds = sum(r["verdict"].startswith("holds") for r in rows)
   lines += ["", f"sorting matters (holds) on {holds} of {len(rows)} tasks"]
   return "\n".join(lines)
@@ -906,20 +931,22 @@ ORDERING_TITLE = ("{family} and its randomized twin: unseen-length accuracy, mea
 
 
 def plot_ordering(rows, path: str, names=("{family}", "randomized_{family}"),
-                  title: str = ORDERING_TITLE) -> list[dict]:
+                  title: str = ORDERING_TITLE, tick: str = "paper (Table 4)") -> list[dict]:
   """`ordering_rows` as bars, one panel per family: per task the classic and the
-  randomized twin's unseen-length mean with its std, the paper's Table 4 cell as a black
-  tick, the training-length accuracy inside each bar and the verdict above. `names` and
-  `title`: the two bars' legend labels and the panel's title ({family} is replaced), for
-  other pairs in the same rows (`sorting_rows`). Returns what was drawn per task and
-  family: {"task", "family", "classic", "randomized"} (the bars' heights as drawn, None
-  for a missing job)."""
+  randomized twin's unseen-length mean with its std, the rows' "paper" cells (the
+  paper's Table 4) as black ticks, the training-length accuracy inside each bar and the
+  verdict above. `names`, `title` and `tick`: the two bars' legend labels, the panel's
+  title ({family} is replaced) and the ticks' label, for other pairs in the same rows
+  (`sorting_rows`). Returns what was drawn per task and family: {"task", "family",
+  "classic", "randomized"} (the bars' heights as drawn, None for a missing job)."""
   families = sorted({r["family"] for r in rows})
   most = max(sum(r["family"] == f for r in rows) for f in families)
   plt, fig, axes = figures.panels(max(5.0, 1.1 * most + 2), 3.8, nrows=len(families))
   drawn = []
   for ax, family in zip(axes, families):
     mine = [r for r in rows if r["family"] == family]
+    # The first bar of each side and the first tick carry the legend's labels.
+    labelled, ticked = set(), False
     for i, r in enumerate(mine):
       heights = {}
       for side, offset, color, value, train, paper in (
@@ -929,14 +956,15 @@ def plot_ordering(rows, path: str, names=("{family}", "randomized_{family}"),
         if value is not None:
           label = names[0 if side == "classic" else 1].format(family=family)
           bars = ax.bar(i + offset, value[0], 0.38, yerr=value[1], color=color, capsize=3,
-                        label=label if i == 0 else None)
+                        label=None if side in labelled else label)
+          labelled.add(side)
           heights[side] = float(bars.patches[0].get_height())
           ax.text(i + offset, 2, MISSING if train is None else f"{train:.0f}", ha="center",
                   va="bottom", fontsize=6, color="white" if value[0] > 12 else "black")
         if paper is not None:
           ax.plot([i + offset - 0.17, i + offset + 0.17], [paper[0]] * 2, color="black",
-                  linewidth=1.5, label="paper (Table 4)" if i == 0 and side == "classic"
-                  else None)
+                  linewidth=1.5, label=None if ticked else tick)
+          ticked = True
       top = max([v for v in heights.values() if v is not None] or [0])
       ax.text(i, min(top + 7, 106), r["verdict"], ha="center", fontsize=7)
       drawn.append({"task": r["task"], "family": family, **heights})
