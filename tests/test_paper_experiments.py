@@ -178,6 +178,12 @@ def test_table3_report(tmp_path):
                                 "55.0 ± 5.0 (train 100.0)", "+30.0", "holds",
                                 f"{rev['order_blind'][1]:.1f} (train {rev['order_blind'][0]:.1f})"]
   assert "sorting matters (holds) on 1 of 2 tasks" in sorting and sorting in out["text"]
+  # The paper's unsorted cells beside the bound at its test lengths 41..500 (even_pairs:
+  # order decides its output, no row); the paper's reverse_string model sits on it.
+  [paper_row] = out["paper_sorting"]
+  assert paper_row["task"] == "reverse_string" and paper_row["lengths"] == (41, 500)
+  assert paper_row["paper_unsorted"] == t3["reverse_string"] == 52.8
+  assert paper_row["bound"] == pytest.approx(52.8, abs=0.2)
   assert os.path.getsize(os.path.join(out["out_dir"], "figures", "sorting.png")) > 1000
 
 
