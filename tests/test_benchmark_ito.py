@@ -31,7 +31,9 @@ def test_cost_analysis_flops_match_the_analytic_matmul_count(tmp_path):
   assert one["steps_per_s"] > 0 and one["models"] == 1
   shares = one["profile"]["shares"]
   assert sum(shares.values()) == pytest.approx(1.0)
-  assert shares.get("matmul", 0) > 0.05, shares
+  # The profile finds the products (a share of time, so not a fixed fraction: a run
+  # beside five other busy processes gave them 4.4%, elementwise fusions 91.5%).
+  assert shares.get("matmul", 0) > 0, shares
   grid = ito_speed.ito_step_figures(_tiny(seeds=2), timed_steps=2)
   assert grid["models"] == 2
   assert grid["flops_per_model_step"] == pytest.approx(one["flops_per_step"], rel=0.02)
