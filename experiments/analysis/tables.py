@@ -1003,8 +1003,13 @@ def plot_ordering(rows, path: str, names=("{family}", "randomized_{family}"),
           ax.plot([i + offset - 0.17, i + offset + 0.17], [paper[0]] * 2, color="black",
                   linewidth=1.5, label=None if ticked else tick)
           ticked = True
-      top = max([v for v in heights.values() if v is not None] or [0])
-      ax.text(i, min(top + 7, 106), r["verdict"], ha="center", fontsize=7)
+      # Above the bars, their error bars and the ticks.
+      top = max([v[0] + (v[1] or 0) for v in (r["classic"], r["randomized"]) if v is not None]
+                + [p[0] for p in r["paper"] if p is not None] or [0])
+      # A verdict with a qualifier ("holds, unsorted not learned") on two lines, so that
+      # neighbouring tasks' verdicts do not run into each other.
+      ax.text(i, min(top + 4, 103), r["verdict"].replace(", ", ",\n"), ha="center",
+              va="bottom", fontsize=7)
       drawn.append({"task": r["task"], "family": family, **heights})
     ax.set_xticks(range(len(mine)), [r["task"] for r in mine], rotation=30, ha="right",
                   fontsize=7)
