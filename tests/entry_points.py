@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import traceback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -114,27 +115,43 @@ class _Server:
     self.env = dict(env)
     self.process = subprocess.Popen(  # pylint: disable=consider-using-with
         [sys.executable, "-c", "from tests import entry_points; entry_points._serve()"],
-        cwd=ROOT, env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        bufsize=1)
+        cwd=ROOT, env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    self._pending = b""  # Bytes read from the server beyond the last reply's line.
     if self._reply(None) != {"ready": True}:
       raise RuntimeError("entry_points: the server did not start")
 
   def _reply(self, timeout):
-    ready, _, _ = select.select([self.process.stdout], [], [], timeout)
-    if not ready:
-      return None
-    line = self.process.stdout.readline()
-    if not line:
-      raise RuntimeError(f"entry_points: the server ended ({self.process.wait()})")
+    """The server's next reply, or None if none comes within `timeout` seconds.
+
+    Reads the pipe's descriptor itself: the server writes a child's pid and its exit code
+    one right after the other when the child is quick, and a buffered reader would take
+    both lines at once, leaving select() nothing to see for the second (the client then
+    waited out the timeout, killed a finished child and read every later reply one late).
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    fd = self.process.stdout.fileno()
+    while b"\n" not in self._pending:
+      left = None if deadline is None else max(0.0, deadline - time.monotonic())
+      ready, _, _ = select.select([fd], [], [], left)
+      if not ready:
+        return None
+      chunk = os.read(fd, 1 << 16)
+      if not chunk:
+        raise RuntimeError(f"entry_points: the server ended ({self.process.wait()})")
+      self._pending += chunk
+    line, self._pending = self._pending.split(b"\n", 1)
     return json.loads(line)
 
   def run(self, request, timeout):
-    self.process.stdin.write(json.dumps(request) + "\n")
+    self.process.stdin.write((json.dumps(request) + "\n").encode())
     self.process.stdin.flush()
     pid = self._reply(None)["pid"]
     reply = self._reply(timeout)
     if reply is None:
-      os.kill(pid, 9)
+      try:
+        os.kill(pid, 9)
+      except ProcessLookupError:
+        pass  # It ended meanwhile; the server reports it as any other.
       self._reply(None)
       raise subprocess.TimeoutExpired([request["module"], *request["args"]], timeout)
     return reply["returncode"]

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 from tests import entry_points
 from tests.test_training import ENV, ROOT
@@ -52,3 +53,23 @@ def test_an_environment_the_libraries_read_on_import_gets_a_new_interpreter(monk
   assert calls == []
   out = entry_points.run(_PROBE, ["0"], env={**ENV, "JAX_ENABLE_X64": "1"}, timeout=120)
   assert out.returncode == 0 and len(calls) == 1 and calls[0][2] == _PROBE
+
+
+def test_a_reply_that_arrives_with_the_one_before_it_is_not_waited_for():
+  # A quick child's pid and exit code reach the pipe together; reading the first must not
+  # leave the second where select() cannot see it (the client then waited out the
+  # timeout, killed a finished child, and every later reply came one request late).
+  server = entry_points._Server.__new__(entry_points._Server)  # Without starting one.
+  server.process = subprocess.Popen(
+      [sys.executable, "-c", "import sys, time; sys.stdout.write('{\"pid\": 1}\\n"
+       "{\"returncode\": 3}\\n'); sys.stdout.flush(); time.sleep(60)"],
+      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+  server._pending = b""  # pylint: disable=protected-access
+  try:
+    assert server._reply(None) == {"pid": 1}  # pylint: disable=protected-access
+    start = time.monotonic()
+    assert server._reply(10) == {"returncode": 3}  # pylint: disable=protected-access
+    assert time.monotonic() - start < 5
+  finally:
+    server.process.kill()
+    server.process.wait()
