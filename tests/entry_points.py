@@ -108,6 +108,36 @@ def _child(request) -> int:
     return 1
 
 
+class _Lines:
+  """Lines from a pipe's descriptor, read without a buffered reader.
+
+  The server writes a child's pid and its exit code one right after the other when the
+  child is quick; a buffered reader would take both lines at once and leave select()
+  nothing to see for the second (the client then waited out the timeout, killed a
+  finished child and read every later reply one request late).
+  """
+
+  def __init__(self, fd: int):
+    self.fd = fd
+    self._pending = b""  # Bytes read beyond the last line returned.
+
+  def next(self, timeout):
+    """The next line (without its newline), or None if none comes within `timeout`
+    seconds (None: wait); raises EOFError when the writer has closed the pipe."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while b"\n" not in self._pending:
+      left = None if deadline is None else max(0.0, deadline - time.monotonic())
+      ready, _, _ = select.select([self.fd], [], [], left)
+      if not ready:
+        return None
+      chunk = os.read(self.fd, 1 << 16)
+      if not chunk:
+        raise EOFError
+      self._pending += chunk
+    line, self._pending = self._pending.split(b"\n", 1)
+    return line
+
+
 class _Server:
   """The forking server of this process (one per pytest worker)."""
 
@@ -116,31 +146,17 @@ class _Server:
     self.process = subprocess.Popen(  # pylint: disable=consider-using-with
         [sys.executable, "-c", "from tests import entry_points; entry_points._serve()"],
         cwd=ROOT, env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    self._pending = b""  # Bytes read from the server beyond the last reply's line.
+    self._lines = _Lines(self.process.stdout.fileno())
     if self._reply(None) != {"ready": True}:
       raise RuntimeError("entry_points: the server did not start")
 
   def _reply(self, timeout):
-    """The server's next reply, or None if none comes within `timeout` seconds.
-
-    Reads the pipe's descriptor itself: the server writes a child's pid and its exit code
-    one right after the other when the child is quick, and a buffered reader would take
-    both lines at once, leaving select() nothing to see for the second (the client then
-    waited out the timeout, killed a finished child and read every later reply one late).
-    """
-    deadline = None if timeout is None else time.monotonic() + timeout
-    fd = self.process.stdout.fileno()
-    while b"\n" not in self._pending:
-      left = None if deadline is None else max(0.0, deadline - time.monotonic())
-      ready, _, _ = select.select([fd], [], [], left)
-      if not ready:
-        return None
-      chunk = os.read(fd, 1 << 16)
-      if not chunk:
-        raise RuntimeError(f"entry_points: the server ended ({self.process.wait()})")
-      self._pending += chunk
-    line, self._pending = self._pending.split(b"\n", 1)
-    return json.loads(line)
+    """The server's next reply, or None if none comes within `timeout` seconds."""
+    try:
+      line = self._lines.next(timeout)
+    except EOFError:
+      raise RuntimeError(f"entry_points: the server ended ({self.process.wait()})") from None
+    return None if line is None else json.loads(line)
 
   def run(self, request, timeout):
     self.process.stdin.write((json.dumps(request) + "\n").encode())

@@ -59,17 +59,14 @@ def test_a_reply_that_arrives_with_the_one_before_it_is_not_waited_for():
   # A quick child's pid and exit code reach the pipe together; reading the first must not
   # leave the second where select() cannot see it (the client then waited out the
   # timeout, killed a finished child, and every later reply came one request late).
-  server = entry_points._Server.__new__(entry_points._Server)  # Without starting one.
-  server.process = subprocess.Popen(
-      [sys.executable, "-c", "import sys, time; sys.stdout.write('{\"pid\": 1}\\n"
-       "{\"returncode\": 3}\\n'); sys.stdout.flush(); time.sleep(60)"],
-      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-  server._pending = b""  # pylint: disable=protected-access
+  read, write = os.pipe()
   try:
-    assert server._reply(None) == {"pid": 1}  # pylint: disable=protected-access
+    os.write(write, b'{"pid": 1}\n{"returncode": 3}\n')
+    lines = entry_points._Lines(read)  # pylint: disable=protected-access
+    assert lines.next(None) == b'{"pid": 1}'
     start = time.monotonic()
-    assert server._reply(10) == {"returncode": 3}  # pylint: disable=protected-access
+    assert lines.next(10) == b'{"returncode": 3}'
     assert time.monotonic() - start < 5
   finally:
-    server.process.kill()
-    server.process.wait()
+    os.close(read)
+    os.close(write)

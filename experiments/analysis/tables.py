@@ -555,8 +555,9 @@ def sorting_rows(tasks, results: dict) -> list[dict]:
   seeds at the best learning rate, the training-length means, and `sorting_verdict`;
   "order_blind": the best accuracy a model blind to token order can reach on the
   unsorted job's training and unseen lengths (`order_blind.order_blind_accuracy`, scored
-  as the job's accuracy by `results.scores`; None for a task without one). The paper's Table 3 gives maxima only: the figure's ticks ("paper") show
-  the order-blind bound instead."""
+  as the job's accuracy by `results.scores`; None for a task without one). The paper's
+  Table 3 gives maxima only: the figure's ticks ("paper") show the order-blind bound
+  instead."""
   rows = []
   for task in tasks:
     value = {v: variant_value(results[task, v]) if (task, v) in results else None
