@@ -13,6 +13,8 @@ import tempfile
 
 import pytest
 
+from tests import mlir_contexts
+
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 # The suite's models are tiny and train for a few steps, so XLA's compile time dominates it.
@@ -24,13 +26,15 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # codegen, whose threads only compete with the other pytest worker for the two cores) take
 # about another 35% off a compile's CPU time, 15% off that of the model tests (with the
 # MLIR emitters the preset makes compiles slower, not faster).
-# RANDOMIZED_PE_TEST_XLA_DEFAULTS=1 runs the suite with XLA's defaults instead.
+# JAX lowers every program in one MLIR context per thread (tests/mlir_contexts.py).
+# RANDOMIZED_PE_TEST_XLA_DEFAULTS=1 runs the suite with JAX's and XLA's defaults instead.
 FAST_COMPILE_FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false",
                       "--xla_cpu_opt_preset=FAST_COMPILE",
                       "--xla_cpu_parallel_codegen_split_count=1")
-if os.environ.get("RANDOMIZED_PE_TEST_XLA_DEFAULTS", "") not in ("1", "true"):
+if mlir_contexts.wanted():
   _flags = os.environ.get("XLA_FLAGS", "").split()
   os.environ["XLA_FLAGS"] = " ".join(_flags + [f for f in FAST_COMPILE_FLAGS if f not in _flags])
+  mlir_contexts.reuse()
 
 # Eager one-op programs (thousands in the reference implementations) are not written.
 _MIN_COMPILE_SECONDS = 0.2

@@ -31,6 +31,8 @@ import threading
 import time
 import traceback
 
+from tests import mlir_contexts
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Read by the preloaded libraries (or the interpreter) when they load: a child whose
 # environment differs in one of these needs a new interpreter.
@@ -48,6 +50,8 @@ def _serve():
   """The server's loop: one JSON request a line on stdin, replies on stdout."""
   for module in _PRELOAD:
     __import__(module)
+  if mlir_contexts.wanted():
+    mlir_contexts.reuse()  # As in the pytest worker; made in each child on first use.
   # A fork copies only the forking thread; a library that started a thread on import
   # could leave a lock held in the child.
   if threading.active_count() != 1:

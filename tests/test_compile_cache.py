@@ -14,6 +14,7 @@ from experiments.training import compile_cache
 from randomized_pe import families
 import tasks
 from tests import entry_points
+from tests import mlir_contexts
 
 
 def test_compilation_cache_folder_resolution():
@@ -32,9 +33,7 @@ def test_the_suites_temporary_cache_folder_is_removed_by_the_process_that_made_i
   """Without pytest's cache provider the suite caches in a temporary folder: the process
   that made it (pytest-xdist's controller) removes it at the end, a worker that inherited
   it does not."""
-  conftest, = [m for m in list(sys.modules.values())
-               if getattr(m, "__file__", None) == os.path.join(os.path.dirname(__file__),
-                                                               "conftest.py")]
+  conftest = _conftest()
 
   class Config:  # pytest's config without the cache provider.
     cache = None
@@ -55,6 +54,58 @@ def test_the_suites_temporary_cache_folder_is_removed_by_the_process_that_made_i
   monkeypatch.setattr(conftest, "_made_folder", made)  # The controller: removes.
   conftest.pytest_unconfigure(Config())
   assert not os.listdir(tmp_path)
+
+
+
+def _conftest():
+  conftest, = [m for m in list(sys.modules.values())
+               if getattr(m, "__file__", None) == os.path.join(os.path.dirname(__file__),
+                                                               "conftest.py")]
+  return conftest
+
+
+def test_programs_lowered_in_the_suites_shared_mlir_context_equal_fresh_ones(monkeypatch):
+  """The suite lowers every program of a thread in one MLIR context (tests/mlir_contexts.py):
+  one context per thread, and the same lowered text and results as JAX's fresh contexts."""
+  from jax._src.interpreters import mlir  # pylint: disable=import-outside-toplevel
+  import threading  # pylint: disable=import-outside-toplevel
+
+  monkeypatch.setattr(mlir, "make_ir_context", mlir.make_ir_context)  # Undone at the end.
+  assert mlir_contexts.reuse()  # Already on unless RANDOMIZED_PE_TEST_XLA_DEFAULTS=1.
+  assert mlir_contexts.reuse()  # Wraps once.
+  assert getattr(mlir.make_ir_context.fresh, "fresh", None) is None
+  assert mlir.make_ir_context() is mlir.make_ir_context()
+  other = []
+  thread = threading.Thread(target=lambda: other.append(mlir.make_ir_context()))
+  thread.start()
+  thread.join()
+  assert other[0] is not mlir.make_ir_context()
+
+  @jax.jit
+  def inner(x):
+    return jnp.tanh(x) @ x.T @ x / 10
+
+  def program(x, y):
+    z = jax.lax.fori_loop(0, 3, lambda i, z: z + inner(z) * i, x)
+    return jax.nn.softmax(z * y, axis=-1).sum(), jnp.cumsum(z, axis=0)
+
+  x = jnp.arange(12.0).reshape(3, 4) / 7
+  y = jnp.linspace(-1.0, 1.0, 4)
+
+  def lowered_twice():  # The second time in a context that already holds a module.
+    first = jax.jit(program).lower(x, y)
+    return first.as_text(), jax.jit(program).lower(x + 1, y).as_text(), jax.jit(
+        program)(x, y), first.compile()(x, y)
+
+  reused = lowered_twice()
+  jax.clear_caches()
+  monkeypatch.setattr(mlir, "make_ir_context", mlir.make_ir_context.fresh)
+  fresh = lowered_twice()
+  assert mlir.make_ir_context() is not mlir.make_ir_context()
+  assert reused[0] == fresh[0] and reused[1] == fresh[1]
+  for a, b in zip(jax.tree.leaves(reused[2:]), jax.tree.leaves(fresh[2:])):
+    np.testing.assert_array_equal(a, b)
+  jax.clear_caches()
 
 
 def _cache_line(stdout):
