@@ -3,6 +3,8 @@ results of the batching before them (`legacy_batching=True`): the same accuracie
 within 1e-5 of an unchunked forward. Equality tests, not timings (those:
 `python -m experiments.benchmark --sections=eval`, in
 experiments/benchmarking/evaluation_speed.py; docs/benchmark.md)."""
+import threading
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -131,3 +133,55 @@ def test_evaluation_logits_are_within_tolerance_of_an_unchunked_forward(pe, smal
   for got in (training, evaluating):
     np.testing.assert_allclose(got, whole, rtol=0, atol=LOGIT_TOLERANCE)
   np.testing.assert_array_equal(np.argmax(evaluating, -1), np.argmax(training, -1))
+
+
+def test_lengths_evaluated_two_at_a_time_give_the_accuracies_of_one_at_a_time():
+  task = tasks.get("reverse_string")
+  model, params = _tiny("randomized_relative", task)
+  lengths, batch = range(3, 11), 9
+  one_at_a_time = evaluation.RangeEvaluator(model, task, workers=1)
+  two_at_a_time = evaluation.RangeEvaluator(model, task, workers=2)
+  checks = []
+  got = two_at_a_time.evaluate(params, lengths, batch, seed=4, max_buckets=3,
+                               before_each=lambda: checks.append(threading.current_thread()))
+  want = one_at_a_time.evaluate(params, lengths, batch, seed=4, max_buckets=3)
+  assert got == want  # Lengths, accuracies (bit for bit) and buckets, in order.
+  assert 0.05 < np.mean(want["accuracy"]) < 0.95  # Untrained: the comparison is not trivial.
+  assert checks == [threading.main_thread()] * len(lengths)  # The stop check: the caller's.
+  assert two_at_a_time.traces == one_at_a_time.traces == 3  # Each bucket's program once.
+
+
+def test_lengths_run_two_at_a_time_and_a_stop_starts_no_further_length():
+  both_running = threading.Barrier(2, timeout=30)  # Broken (an error) if one waits alone.
+  started = []
+
+  def one(n):
+    started.append(n)
+    if n in (1, 2):
+      both_running.wait()
+    return n * 10
+
+  assert evaluation._map_lengths(one, [1, 2, 3, 4], 2) == {1: 10, 2: 20, 3: 30, 4: 40}
+  stops = iter([None, None, None, KeyboardInterrupt])
+
+  def before_each():
+    stop = next(stops)
+    if stop is not None:
+      raise stop
+
+  started.clear()
+  with pytest.raises(KeyboardInterrupt):
+    evaluation._map_lengths(lambda n: started.append(n), [5, 6, 7, 8, 9], 2, before_each)
+  assert sorted(started) == [5, 6, 7]
+  with pytest.raises(ZeroDivisionError):  # A length's error reaches the caller.
+    evaluation._map_lengths(lambda n: 1 / (n - 2), [1, 2, 3], 2)
+
+
+def test_two_lengths_at_a_time_only_on_a_cpu_with_two_cores(monkeypatch):
+  monkeypatch.setattr(evaluation.os, "cpu_count", lambda: 2)
+  assert evaluation.default_workers() == (2 if jax.default_backend() == "cpu" else 1)
+  monkeypatch.setattr(evaluation.os, "cpu_count", lambda: 1)
+  assert evaluation.default_workers() == 1
+  monkeypatch.setattr(evaluation.os, "cpu_count", lambda: 64)
+  monkeypatch.setattr(evaluation.jax, "default_backend", lambda: "gpu")
+  assert evaluation.default_workers() == 1

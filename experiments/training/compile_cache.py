@@ -41,6 +41,7 @@ import json
 import os
 import pickle
 import sys
+import threading
 import zlib
 from typing import Any, Callable, Mapping, Optional
 
@@ -263,6 +264,8 @@ class Program:
     self._name = name
     self._key = key
     self._compiled: dict = {}
+    self._locks: dict = {}  # Per signature: threads wanting the same program build it once.
+    self._locks_lock = threading.Lock()
 
   def lower(self, *args):
     return self._jitted.lower(*args)
@@ -281,7 +284,12 @@ class Program:
     signature = (treedef, tuple(_leaf_signature(x) for x in leaves))
     compiled = self._compiled.get(signature)
     if compiled is None:
-      compiled = self._compiled[signature] = self._load_or_compile(args, signature)
+      with self._locks_lock:
+        lock = self._locks.setdefault(signature, threading.Lock())
+      with lock:
+        compiled = self._compiled.get(signature)
+        if compiled is None:
+          compiled = self._compiled[signature] = self._load_or_compile(args, signature)
     return compiled
 
   def _path(self, signature) -> Optional[str]:

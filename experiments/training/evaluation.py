@@ -30,7 +30,10 @@ M models of a grid, N examples of a split.
 """
 from __future__ import annotations
 
+from concurrent import futures
 import dataclasses
+import os
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -83,6 +86,15 @@ def predict_padded(model, params, pos_key, dropout_key, tokens, seq_len, in_len,
   return (predictions, inner) if intermediates else predictions
 
 
+def default_workers() -> int:
+  """Lengths a range evaluation runs at a time: 2 on a CPU backend with 2 or more
+  cores, whose programs leave one core partly idle (a program of the paper model keeps
+  about 1.5 of 2 cores busy); 1 on accelerators, which run one program at a time."""
+  if jax.default_backend() != "cpu":
+    return 1
+  return min(2, os.cpu_count() or 1)
+
+
 @dataclasses.dataclass
 class RangeEvaluator:
   """Evaluates a model (protocol of `randomized_pe.models`) over a range of lengths.
@@ -100,6 +112,9 @@ class RangeEvaluator:
     legacy_batching: evaluate as before issue 27, item 6: sub-batches of the most rows
       that fit max_logits (the last one padded with masked rows) and attention in the
       chunks of training programs (module docstring).
+    workers: lengths evaluated at a time, in threads (0: `default_workers()`). The
+      same programs run on the same arrays, so the accuracies do not depend on it; on a
+      2-core CPU two at a time keep both cores busy (docs/benchmark.md, "Evaluation").
   """
 
   model: object
@@ -110,9 +125,13 @@ class RangeEvaluator:
   cache_key: object = None
   legacy_batching: bool = False
   layout: str = members_lib.DEFAULT
+  workers: int = 0
 
   def __post_init__(self):
     self.traces = 0  # Programs traced so far (one per bucket shape; 0 when loaded).
+    self._traces_lock = threading.Lock()
+    if self.workers <= 0:
+      self.workers = default_workers()
     chunk = self._chunk
     if self.stacked:
       chunk = members_lib.over_members(chunk, self.layout, in_axes=(0,) + (None,) * 7)
@@ -121,7 +140,8 @@ class RangeEvaluator:
 
   def _chunk(self, params, key, chunk_index, tokens, targets, mask, in_len, seq_len):
     """Correct and counted output tokens of one chunk: tokens [C, T], targets/mask [C, O]."""
-    self.traces += 1
+    with self._traces_lock:
+      self.traces += 1
     pos_key, dropout_key = jax.random.split(key)
     predictions = predict_padded(self.model, params, pos_key, dropout_key, tokens, seq_len,
                                  in_len, targets.shape[1], chunk_index,
@@ -176,38 +196,86 @@ class RangeEvaluator:
       every accuracy is a list over models.
     """
     lengths = [int(n) for n in lengths]
-    task = self.task
     plan, buckets = self._plan(lengths, batch_size, max_buckets)
-    data_root = jax.random.PRNGKey(seed)
-    model_root = jax.random.PRNGKey(seed + 1)
-    accuracy = []
-    iterator = lengths
+    roots = jax.random.PRNGKey(seed), jax.random.PRNGKey(seed + 1)  # Data; model.
+
+    def one(n):
+      return self._length_accuracy(params, n, plan[n], roots, batch_size)
+
+    bar = None
     if progress:
       import tqdm  # pylint: disable=import-outside-toplevel
-      iterator = tqdm.tqdm(lengths, desc="evaluating", unit="length", leave=False)
-    for n in iterator:
+      bar = tqdm.tqdm(total=len(lengths), desc="evaluating", unit="length", leave=False)
+    try:
+      by_length = _map_lengths(one, lengths, self.workers, before_each,
+                               None if bar is None else bar.update)
+    finally:
+      if bar is not None:
+        bar.close()
+    accuracy = [by_length[n] for n in lengths]
+    return {"lengths": lengths, "accuracy": accuracy, "buckets": buckets}
+
+  def _length_accuracy(self, params, n: int, shape, roots, batch_size: int):
+    """The accuracy of length n (a list over models with `stacked`): its batch from
+    fold_in(roots[0], n), positions and dropout from fold_in(roots[1], n)."""
+    task = self.task
+    padded, out_pad, chunk = shape
+    batch = data.make_batch(task, jax.random.fold_in(roots[0], n), batch_size, n)
+    out_len = batch["targets"].shape[1]
+    in_len = batch["tokens"].shape[1] - out_len
+    rows = -(-batch_size // chunk) * chunk  # Extra rows are fully masked.
+    batch = data.pad_batch(task, batch, padded, out_pad, rows)
+    tokens, targets, mask = batch["tokens"], batch["targets"], batch["mask"]
+    key = jax.random.fold_in(roots[1], n)
+    correct = counted = 0.0
+    for c in range(rows // chunk):
+      part = slice(c * chunk, (c + 1) * chunk)
+      arrays = (tokens[part], targets[part], mask[part])
+      if self.batch_sharding is not None:
+        arrays = jax.device_put(arrays, self.batch_sharding)
+      got, count = self._chunk_fn(params, key, c, *arrays, in_len,
+                                  data.sequence_length(task, n))
+      correct = correct + np.asarray(got, np.float64)
+      counted = counted + np.asarray(count, np.float64)
+    return (correct / np.maximum(counted, 1)).tolist()
+
+
+def _map_lengths(one, lengths, workers: int, before_each=None, done=None) -> dict:
+  """{n: one(n)} for every length, `workers` lengths at a time in threads (1: one after
+  another in this thread). `before_each()` runs in this thread before each length is
+  started (it may raise: lengths not started are dropped, those running finish first);
+  `done()` after each length finishes."""
+  results_by_length = {}
+  if workers <= 1 or len(lengths) <= 1:
+    for n in lengths:
       if before_each is not None:
         before_each()
-      padded, out_pad, chunk = plan[n]
-      batch = data.make_batch(task, jax.random.fold_in(data_root, n), batch_size, n)
-      out_len = batch["targets"].shape[1]
-      in_len = batch["tokens"].shape[1] - out_len
-      rows = -(-batch_size // chunk) * chunk  # Extra rows are fully masked.
-      batch = data.pad_batch(task, batch, padded, out_pad, rows)
-      tokens, targets, mask = batch["tokens"], batch["targets"], batch["mask"]
-      key = jax.random.fold_in(model_root, n)
-      correct = counted = 0.0
-      for c in range(rows // chunk):
-        part = slice(c * chunk, (c + 1) * chunk)
-        arrays = (tokens[part], targets[part], mask[part])
-        if self.batch_sharding is not None:
-          arrays = jax.device_put(arrays, self.batch_sharding)
-        got, count = self._chunk_fn(params, key, c, *arrays, in_len,
-                                    data.sequence_length(task, n))
-        correct = correct + np.asarray(got, np.float64)
-        counted = counted + np.asarray(count, np.float64)
-      accuracy.append((correct / np.maximum(counted, 1)).tolist())
-    return {"lengths": lengths, "accuracy": accuracy, "buckets": buckets}
+      results_by_length[n] = one(n)
+      if done is not None:
+        done()
+    return results_by_length
+
+  def collect(finished):
+    for future in finished:
+      results_by_length[running.pop(future)] = future.result()
+      if done is not None:
+        done()
+
+  running = {}
+  with futures.ThreadPoolExecutor(workers, thread_name_prefix="evaluation") as pool:
+    try:
+      for n in lengths:
+        if len(running) >= workers:
+          collect(futures.wait(running, return_when=futures.FIRST_COMPLETED).done)
+        if before_each is not None:
+          before_each()
+        running[pool.submit(one, n)] = n
+      collect(futures.wait(running).done)
+    except BaseException:
+      for future in running:
+        future.cancel()
+      raise
+  return results_by_length
 
 
 def split_key(seed: int, dataset, split: str) -> jax.Array:
