@@ -172,7 +172,11 @@ def test_lengths_run_two_at_a_time_and_a_stop_starts_no_further_length():
   started.clear()
   with pytest.raises(KeyboardInterrupt):
     evaluation._map_lengths(lambda n: started.append(n), [5, 6, 7, 8, 9], 2, before_each)
-  assert sorted(started) == [5, 6, 7]
+  assert sorted(started) == [5, 6, 8]  # The first three of the start order.
+  assert evaluation.start_order([5, 6, 7, 8, 9], 2) == [5, 8, 6, 9, 7]
+  assert evaluation.start_order(range(41, 101), 2)[:4] == [41, 71, 42, 72]
+  assert sorted(evaluation.start_order(range(41, 101), 2)) == list(range(41, 101))
+  assert evaluation.start_order([5, 6, 7], 1) == [5, 6, 7]
   with pytest.raises(ZeroDivisionError):  # A length's error reaches the caller.
     evaluation._map_lengths(lambda n: 1 / (n - 2), [1, 2, 3], 2)
 

@@ -240,11 +240,24 @@ class RangeEvaluator:
     return (correct / np.maximum(counted, 1)).tolist()
 
 
+def start_order(lengths, workers: int) -> list:
+  """The order in which `workers` threads start the lengths: the two halves of the range
+  interleaved (41, 71, 42, 72, ... for 41..100), so that the lengths running at the same
+  time mostly belong to different buckets, and one thread compiles a bucket's program
+  while the other runs; in order with one worker."""
+  lengths = list(lengths)
+  if workers <= 1:
+    return lengths
+  half = (len(lengths) + 1) // 2
+  first, second = lengths[:half], lengths[half:]
+  return [n for pair in zip(first, second + [None]) for n in pair if n is not None]
+
+
 def _map_lengths(one, lengths, workers: int, before_each=None, done=None) -> dict:
   """{n: one(n)} for every length, `workers` lengths at a time in threads (1: one after
-  another in this thread). `before_each()` runs in this thread before each length is
-  started (it may raise: lengths not started are dropped, those running finish first);
-  `done()` after each length finishes."""
+  another in this thread), started in `start_order`. `before_each()` runs in this thread
+  before each length is started (it may raise: lengths not started are dropped, those
+  running finish first); `done()` after each length finishes."""
   results_by_length = {}
   if workers <= 1 or len(lengths) <= 1:
     for n in lengths:
@@ -264,7 +277,7 @@ def _map_lengths(one, lengths, workers: int, before_each=None, done=None) -> dic
   running = {}
   with futures.ThreadPoolExecutor(workers, thread_name_prefix="evaluation") as pool:
     try:
-      for n in lengths:
+      for n in start_order(lengths, workers):
         if len(running) >= workers:
           collect(futures.wait(running, return_when=futures.FIRST_COMPLETED).done)
         if before_each is not None:
