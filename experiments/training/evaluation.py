@@ -17,6 +17,8 @@ are the same except where two logits tie, and except where the model keeps dropo
 evaluation (compat="release") and a length's batch is split: rows then fall into other
 sub-batches and draw other dropout masks.
 `legacy_batching=True` evaluates as before, e.g. to reproduce an older eval.json bit for bit.
+On a CPU with two or more cores two lengths run at a time, in threads (`default_workers`);
+the accuracies do not depend on it.
 
 Datasets: accuracy on named splits, overall and per group (`SplitEvaluator`), in chunks
 of one shape.
