@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from concurrent import futures
 import dataclasses
+import itertools
 import os
 import threading
 
@@ -251,8 +252,8 @@ def start_order(lengths, workers: int) -> list:
   if workers <= 1:
     return lengths
   half = (len(lengths) + 1) // 2
-  first, second = lengths[:half], lengths[half:]
-  return [n for pair in zip(first, second + [None]) for n in pair if n is not None]
+  pairs = itertools.zip_longest(lengths[:half], lengths[half:])
+  return [n for pair in pairs for n in pair if n is not None]
 
 
 def _map_lengths(one, lengths, workers: int, before_each=None, done=None) -> dict:
