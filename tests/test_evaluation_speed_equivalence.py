@@ -189,3 +189,59 @@ def test_two_lengths_at_a_time_only_on_a_cpu_with_two_cores(monkeypatch):
   monkeypatch.setattr(evaluation.os, "cpu_count", lambda: 64)
   monkeypatch.setattr(evaluation.jax, "default_backend", lambda: "gpu")
   assert evaluation.default_workers() == 1
+
+
+def _padded_batch(task, length, padded, rows):
+  batch = data.pad_batch(task, data.make_batch(task, jax.random.PRNGKey(5), rows, length),
+                         padded, padded // 2, rows)
+  positions = jax.random.PRNGKey(6)
+  return batch["tokens"], positions
+
+
+@pytest.mark.parametrize("pe", ENCODINGS)
+def test_the_output_rows_alone_give_the_full_forward_rows(pe):
+  """Evaluation runs the model's last layer on the output rows only (`num_outputs` from a
+  traced `outputs_from`): the logits of those rows of the full pass, within tolerance."""
+  task = tasks.get("reverse_string")
+  model, params = _tiny(pe, task)
+  tokens, pos_key = _padded_batch(task, 8, 24, 6)
+  positions = model.sample_positions(pos_key, 17, padded_length=24, evaluation=True)
+  key_mask = jnp.broadcast_to(jnp.arange(24)[None, :] < 17, tokens.shape)
+  full = np.asarray(model.apply(params, None, tokens, positions, key_mask=key_mask))
+
+  @jax.jit
+  def rows(start):
+    return model.apply(params, None, tokens, positions, key_mask=key_mask, num_outputs=9,
+                       outputs_from=start)
+
+  for start in (0, 8, 15):
+    np.testing.assert_allclose(np.asarray(rows(start)), full[:, start:start + 9], rtol=0,
+                               atol=LOGIT_TOLERANCE)
+
+
+@pytest.mark.parametrize("compat", ["paper", "release"])
+def test_evaluation_predictions_are_those_of_every_row(compat):
+  """`predict_padded` reads output j at row in_len + j (the last row past the end), also
+  where those rows end past the padded length, and with dropout at evaluation
+  (compat="release", whose masks are those of the full pass: bit for bit)."""
+  task = tasks.get("reverse_string")
+  config = rpe.EncoderConfig(vocab_size=task.input_size + 1, pe="randomized_relative",
+                             num_layers=2, num_heads=HEADS, d_model=16, widening_factor=2,
+                             max_position=64, dropout_rate=0.3, compat=compat)
+  model = rpe.EncoderModel(config, task.output_size)
+  params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 3), jnp.int32))
+  tokens, pos_key = _padded_batch(task, 8, 24, 6)
+  dropout_key = jax.random.PRNGKey(7)
+  for in_len, out_len in ((9, 8), (9, 12), (15, 12), (20, 12)):
+    predict = jax.jit(lambda in_len, legacy: evaluation.predict_padded(
+        model, params, pos_key, dropout_key, tokens, 17, in_len, out_len,
+        legacy_batching=legacy), static_argnums=1)
+    got, every_row = np.asarray(predict(in_len, False)), np.asarray(predict(in_len, True))
+    assert got.shape == (6, out_len)
+    np.testing.assert_array_equal(got, every_row, err_msg=f"{compat} {in_len} {out_len}")
+    # The oracle: every row's logits of an unjitted pass, read at in_len + j.
+    positions = model.sample_positions(pos_key, 17, padded_length=24, evaluation=True)
+    key_mask = jnp.broadcast_to(jnp.arange(24)[None, :] < 17, tokens.shape)
+    full = model.apply(params, dropout_key, tokens, positions, key_mask=key_mask)
+    want = np.argmax(np.asarray(full)[:, np.minimum(in_len + np.arange(out_len), 23)], -1)
+    np.testing.assert_array_equal(got, want)

@@ -10,13 +10,15 @@ own, with one program per bucket instead of one per length.
 Range evaluation runs a length's batch in the fewest sub-batches whose attention logits
 fit `max_logits`, of equal size (padding is at most one row per sub-batch), and traces
 the model with attention chunks for forward-only programs
-(`randomized_pe.attention.forward_only_chunks`); both were adopted in issue 27, item 6, to
-halve the time of lengths 41..100 at batch 500. Results are the same up to the last bits
+(`randomized_pe.attention.forward_only_chunks`), and runs the model's last layer on the
+output rows alone (`num_outputs`, as training does); these were adopted in issue 27, item
+6, to halve the time of lengths 41..100 at batch 500. Results are the same up to the last bits
 of the logits (tolerance 1e-5; docs/benchmark.md, "Evaluation (item 6)"), so accuracies
 are the same except where two logits tie, and except where the model keeps dropout at
 evaluation (compat="release") and a length's batch is split: rows then fall into other
 sub-batches and draw other dropout masks.
-`legacy_batching=True` evaluates as before, e.g. to reproduce an older eval.json bit for bit.
+`legacy_batching=True` evaluates as before (every row, training's chunks, the largest
+sub-batches), e.g. to reproduce an older eval.json bit for bit.
 On a CPU with two or more cores two lengths run at a time, in threads (`default_workers`);
 the accuracies do not depend on it.
 
@@ -67,8 +69,9 @@ def predict_padded(model, params, pos_key, dropout_key, tokens, seq_len, in_len,
     in_len: the first output token (may be traced); out_len: O, the outputs read.
     intermediates: also return the model's intermediates (`apply(..., intermediates=True)`,
       e.g. the encoder's attention weights); the predictions are the same.
-    legacy_batching: attention in the chunks of training programs (as before issue 27,
-      item 6) instead of evaluation's larger ones (`attention.forward_only_chunks`).
+    legacy_batching: every row, with attention in the chunks of training programs (as
+      before issue 27, item 6), instead of the output rows with evaluation's larger
+      chunks (`attention.forward_only_chunks`).
 
   Returns:
     int [C, O] predicted outputs (positions past T read the last token; mask them);
@@ -79,12 +82,19 @@ def predict_padded(model, params, pos_key, dropout_key, tokens, seq_len, in_len,
   key_mask = jnp.broadcast_to(jnp.arange(padded)[None, :] < seq_len, tokens.shape)
   if chunk_index is not None:
     dropout_key = jax.random.fold_in(dropout_key, chunk_index)
-  extra = {"intermediates": True} if intermediates else {}
+  if intermediates or legacy_batching:  # Every row's logits.
+    rows, start, extra = padded, 0, {"intermediates": True} if intermediates else {}
+  else:  # The output rows only (the model's last layer computes those alone).
+    rows = min(out_len, padded)
+    # Output j is row in_len + j (the last row for those past it), of the rows from
+    # `start`, which stays within the padded rows.
+    start = jnp.clip(in_len, 0, padded - rows)
+    extra = {"num_outputs": rows, "outputs_from": start}
   with attn_lib.forward_only_chunks(not legacy_batching):
     out = model.apply(params, dropout_key, tokens, positions, is_training=False,
                       key_mask=key_mask, **extra)
   logits, inner = out if intermediates else (out, None)
-  index = jnp.minimum(in_len + jnp.arange(out_len), padded - 1)
+  index = jnp.minimum(in_len - start + jnp.arange(out_len), rows - 1)
   predictions = jnp.argmax(logits[:, index], axis=-1)  # [C, O]
   return (predictions, inner) if intermediates else predictions
 

@@ -379,7 +379,9 @@ class Encoder(hk.Module):
       num_outputs: only the logits of `num_outputs` positions (where the tasks
         put their answers). The last layer then computes queries, feed-forward
         and logits for those positions only: the same values as slicing the full
-        output, for less work.
+        output (up to rounding), for less work. Where dropout runs at evaluation
+        (compat="release", is_training=False) every row is computed and the full
+        output sliced, so that the rows keep the dropout masks of the full pass.
       outputs_from: the first of those positions (default: the last
         `num_outputs`); may be traced, so padded batches of different lengths
         share one program.
@@ -433,10 +435,14 @@ class Encoder(hk.Module):
       num_keys = (jnp.full((batch,), length) if key_mask is None
                   else jnp.sum(key_mask, axis=-1, dtype=jnp.int32))
       logit_scale = attn_lib.log_n_scale(num_keys, config.log_n_reference)  # [B]
+    # Nothing after the last layer mixes positions: it computes only the outputs' rows,
+    # except where dropout runs at evaluation (release item 3): its masks are drawn for
+    # the rows a layer computes, so there every row is computed and the outputs' read
+    # afterwards, the rows of the full forward pass.
+    last_rows = num_outputs if (is_training or not dropout_on) else None
     embeddings, weights, layers = h, [], []
     for layer in range(config.num_layers):
-      # Nothing after the last layer mixes positions: it needs only the outputs.
-      queries = num_outputs if layer == config.num_layers - 1 else None
+      queries = last_rows if layer == config.num_layers - 1 else None
       attn = MultiHeadAttention(config, name=f"attention_{layer}")(
           h, layer_positions[layer], key_mask, queries, outputs_from if queries else None,
           logit_scale, return_weights=return_intermediates)
@@ -450,7 +456,9 @@ class Encoder(hk.Module):
       ff = hk.Linear(config.d_model, name=f"ffn_out_{layer}")(jax.nn.relu(ff))
       h = _layer_norm(h + dropout(ff), name=f"ffn_norm_{layer}")
       layers.append(h)
-    logits = hk.Linear(self._output_size, name="logits")(h)  # [B, T, O]
+    logits = hk.Linear(self._output_size, name="logits")(h)  # [B, T or O, C]
+    if num_outputs is not None and last_rows is None:
+      logits = families.query_rows(logits, outputs_from, num_outputs, axis=1)
     if not return_intermediates:
       return logits
     return logits, Intermediates(embeddings, tuple(weights), tuple(layers))
