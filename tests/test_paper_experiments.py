@@ -292,7 +292,7 @@ def test_table2_hours_beside_the_paper(tmp_path):
        train_seconds=1800.0)
   _job(sweep_dir, "reverse_string", "randomized_relative", [_model(0, 1e-3, 0.5, curve)])
   _job(sweep_dir, "duplicate_string", "relative", [_model(0, 1e-3, 0.5, curve)],
-       train_seconds=900.0)
+       train_seconds=900.0, train_cpu_seconds=2700.0)
   out = report.write_report(str(sweep_dir))  # No config.json: the paper's tables.
   assert out["kind"] == "paper"
   published = report.load_paper()["table2_running_hours_mean_std"]["hours"]["reverse_string"]
@@ -300,11 +300,13 @@ def test_table2_hours_beside_the_paper(tmp_path):
   rows = _table(out["table2"])
   assert rows[0] == ["task", "relative", "randomized_relative"]
   assert rows[1] == ["reverse_string", "0.5 [2] (2.61 ± 0.39)", "– (2.75 ± 0.41)"]
-  assert rows[2] == ["duplicate_string", "0.25 [1] (4.10 ± 0.54)", "– (4.24 ± 0.54)"]
+  # CPU hours where the job recorded them.
+  assert rows[2] == ["duplicate_string", "0.25 [1], 0.75 CPU (4.10 ± 0.54)", "– (4.24 ± 0.54)"]
   assert rows[3] == ["total", "0.75 (2 of 2 jobs)", "–"]  # The column's job hours.
   rows = list(csv.reader(open(os.path.join(out["out_dir"], "table2.csv"))))
-  assert rows[1] == ["reverse_string", "relative", "0.5000", "2", "2.61", "0.39"]
-  assert rows[2] == ["reverse_string", "randomized_relative", "", "", "2.75", "0.41"]
+  assert rows[1] == ["reverse_string", "relative", "0.5000", "2", "2.61", "0.39", ""]
+  assert rows[2] == ["reverse_string", "randomized_relative", "", "", "2.75", "0.41", ""]
+  assert rows[3] == ["duplicate_string", "relative", "0.2500", "1", "4.10", "0.54", "0.7500"]
 
 
 def test_table5_report(tmp_path):

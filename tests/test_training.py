@@ -109,6 +109,9 @@ def test_resume_equals_uninterrupted_run(tmp_path):
   seconds = [r["train_seconds"] for r in ra if "evaluation" in r] + [final["train_seconds"]]
   assert 0 < seconds[0] < seconds[1] <= seconds[2]
   assert 0 < resumed_final["train_seconds"]
+  # CPU seconds over the same spans, carried through the checkpoint like the wall clock.
+  for result in (final, resumed_final):
+    assert 0 < result["train_cpu_seconds"] < 4 * result["train_seconds"]
   for x, y in zip(ra, rb):  # Record for record, all but the timing.
     for timing in ("steps_per_second", "train_seconds"):
       x.pop(timing, None), y.pop(timing, None)
@@ -297,3 +300,27 @@ def test_step_keys_equal_the_keys_jax_random_makes_one_step_at_a_time():
       np.testing.assert_array_equal(batch_key, np.asarray(jax.random.fold_in(want, 1)))
   with pytest.raises(ValueError, match="step must be in"):
     data.step_keys(config, -1)
+
+
+def test_training_clock_counts_wall_and_cpu_seconds_without_evaluation(monkeypatch):
+  now = {"wall": 100.0, "cpu": 10.0}
+  monkeypatch.setattr(loop.time, "perf_counter", lambda: now["wall"])
+  monkeypatch.setattr(loop.time, "process_time", lambda: now["cpu"])
+
+  def advance(wall, cpu):
+    now["wall"] += wall
+    now["cpu"] += cpu
+
+  clock = loop.TrainingClock.from_carry({})  # A new run.
+  advance(5.0, 8.0)
+  with clock.excluded():  # Evaluation during training.
+    advance(3.0, 6.0)
+  advance(2.0, 1.0)
+  assert clock.carry() == {"train_seconds": 7.0, "train_cpu_seconds": 9.0}
+  resumed = loop.TrainingClock.from_carry({"count": 2, **clock.carry()})
+  advance(1.0, 0.5)
+  assert (resumed.seconds(), resumed.cpu_seconds()) == (8.0, 9.5)
+  # A checkpoint saved before CPU seconds were kept: its run's CPU time is unknown.
+  older = loop.TrainingClock.from_carry({"train_seconds": 7.0})
+  advance(1.0, 1.0)
+  assert older.cpu_seconds() is None and older.carry() == {"train_seconds": 8.0}

@@ -405,11 +405,14 @@ def _write_both(out_dir: str, name: str, md: str, rows: list[list]) -> None:
 
 
 def table2_cells(results: dict, tasks, encodings, paper: dict) -> dict:
-  """(task, encoding) -> ((our hours, models in the job) or None, (paper mean, std) or None).
+  """(task, encoding) -> ((our hours, models in the job, our CPU hours or None) or None,
+  (paper mean, std) or None).
 
   Ours: the job's training seconds (eval.json's train_seconds: training wall time,
-  compiling included, evaluation excluded) in hours. A job trains its grid of models in
-  one program, so its time is for all of them; the paper's is for one model per GPU.
+  compiling included, evaluation excluded) in hours, and its process's CPU seconds over
+  the same spans (train_cpu_seconds, in jobs run since they were recorded) in hours. A
+  job trains its grid of models in one program, so its time is for all of them; the
+  paper's is for one model per GPU.
   """
   published = paper.get("table2_running_hours_mean_std", {}).get("hours", {})
   cells = {}
@@ -418,7 +421,9 @@ def table2_cells(results: dict, tasks, encodings, paper: dict) -> dict:
       result = results.get((task, pe))
       ours = None
       if result and result.get("train_seconds") is not None:
-        ours = (result["train_seconds"] / 3600, len(result["models"]))
+        cpu = result.get("train_cpu_seconds")
+        ours = (result["train_seconds"] / 3600, len(result["models"]),
+                None if cpu is None else cpu / 3600)
       ref = published.get(task, {}).get(pe)
       cells[task, pe] = (ours, tuple(ref) if ref else None)
   return cells
@@ -428,7 +433,9 @@ def table2_markdown(tasks, encodings, cells) -> str:
   lines = ["## Table 2: training time in hours",
            "",
            "Cells: ours, the whole job (its grid of models trained together in one "
-           "program; models in brackets) (paper: mean ± std over runs of one model on a "
+           "program; models in brackets; then, where the job recorded it, the CPU hours "
+           "of its process, all threads, which neither other work beside it nor a pause "
+           "adds to) (paper: mean ± std over runs of one model on a "
            f"V100). {MISSING}: no job, or a job without its time (runs made before times "
            "were recorded). total: the sum of a column's job hours.",
            "",
@@ -437,7 +444,8 @@ def table2_markdown(tasks, encodings, cells) -> str:
     row = []
     for pe in encodings:
       ours, ref = cells[task, pe]
-      ours_text = MISSING if ours is None else f"{ours[0]:.3g} [{ours[1]}]"
+      ours_text = MISSING if ours is None else f"{ours[0]:.3g} [{ours[1]}]" + (
+          "" if ours[2] is None else f", {ours[2]:.3g} CPU")
       row.append(f"{ours_text} ({_pair_text(ref, 2)})")
     lines.append(f"| {task} | " + " | ".join(row) + " |")
   # What a column of jobs cost: the sum of the jobs' hours that have a time.
@@ -453,14 +461,16 @@ def table2_markdown(tasks, encodings, cells) -> str:
 def table2_csv(tasks, encodings, cells) -> str:
   buffer = io.StringIO()
   writer = csv.writer(buffer)
-  writer.writerow(["task", "encoding", "ours_hours", "ours_models", "paper_mean", "paper_std"])
+  writer.writerow(["task", "encoding", "ours_hours", "ours_models", "paper_mean", "paper_std",
+                   "ours_cpu_hours"])
   for task in tasks:
     for pe in encodings:
       ours, ref = cells[task, pe]
-      ours, ref = ours or (None, None), ref or (None, None)
+      ours, ref = ours or (None, None, None), ref or (None, None)
       writer.writerow([task, pe, "" if ours[0] is None else f"{ours[0]:.4f}",
                        "" if ours[1] is None else ours[1],
-                       *["" if v is None else f"{v:.2f}" for v in ref]])
+                       *["" if v is None else f"{v:.2f}" for v in ref],
+                       "" if ours[2] is None else f"{ours[2]:.4f}"])
   return buffer.getvalue()
 
 

@@ -23,9 +23,11 @@ evaluation (`experiments.training.evaluation.for_source`) the parameters.
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import sys
 import time
+from typing import Iterator, Optional
 
 import jax
 import ml_collections
@@ -149,16 +151,48 @@ class TrainingClock:
   """Wall seconds spent training, evaluation during training excluded, carried across
   resumes through the checkpoints (the x axis of the paper's Figure 2; eval.json's
   train_seconds, the running time of the paper's Table 2). Compiling counts: it is part
-  of what a run costs."""
+  of what a run costs.
 
-  def __init__(self, carried: float = 0.0):
+  Beside them the process's CPU seconds over the same spans (all its threads, user and
+  system; eval.json's train_cpu_seconds): what the run cost the machine, which neither
+  other work beside it nor a paused process (SIGSTOP) adds to, as they add to wall time.
+  None where a resumed run's checkpoint did not carry them (saved before they were kept).
+  """
+
+  def __init__(self, carried: float = 0.0, carried_cpu: Optional[float] = 0.0):
     self._carried, self._started, self._excluded = float(carried), time.perf_counter(), 0.0
+    self._carried_cpu = None if carried_cpu is None else float(carried_cpu)
+    self._started_cpu, self._excluded_cpu = time.process_time(), 0.0
+
+  @classmethod
+  def from_carry(cls, carry: dict) -> "TrainingClock":
+    """The clock of a run resumed with a checkpoint's `carry()` (empty: a new run)."""
+    cpu = carry.get("train_cpu_seconds", None if "train_seconds" in carry else 0.0)
+    return cls(carry.get("train_seconds", 0.0), cpu)
 
   def seconds(self) -> float:
     return self._carried + time.perf_counter() - self._started - self._excluded
 
-  def exclude(self, seconds: float) -> None:
-    self._excluded += seconds
+  def cpu_seconds(self) -> Optional[float]:
+    if self._carried_cpu is None:
+      return None
+    return self._carried_cpu + time.process_time() - self._started_cpu - self._excluded_cpu
+
+  def carry(self) -> dict:
+    """What a checkpoint keeps of the clock."""
+    cpu = self.cpu_seconds()
+    return {"train_seconds": self.seconds(),
+            **({} if cpu is None else {"train_cpu_seconds": cpu})}
+
+  @contextlib.contextmanager
+  def excluded(self) -> Iterator[None]:
+    """Neither clock counts the block (evaluation during training)."""
+    began, began_cpu = time.perf_counter(), time.process_time()
+    try:
+      yield
+    finally:
+      self._excluded += time.perf_counter() - began
+      self._excluded_cpu += time.process_time() - began_cpu
 
 
 def _check_start(workdir: str, config: ml_collections.ConfigDict, saved_steps,
@@ -274,7 +308,7 @@ def _train_and_evaluate(config, source, model, workdir, store, devices) -> dict:
       bar.computed(done)
 
   interval = MetricsInterval(carry)
-  clock = TrainingClock(carry.get("train_seconds", 0.0))
+  clock = TrainingClock.from_carry(carry)
   identity = workdir_lib.identity(config.to_dict())
 
   def check_finite(step):
@@ -290,8 +324,7 @@ def _train_and_evaluate(config, source, model, workdir, store, devices) -> dict:
 
   def save(step):
     check_finite(step)
-    store.save(step, trainer.state, {**interval.carry(), "train_seconds": clock.seconds()},
-               identity)
+    store.save(step, trainer.state, {**interval.carry(), **clock.carry()}, identity)
 
   def stop_if_requested(step):
     signum = stopping.requested()
@@ -325,11 +358,11 @@ def _train_and_evaluate(config, source, model, workdir, store, devices) -> dict:
                    records[-1]["steps_per_second"])
       if evaluator.due(step):
         jax.block_until_ready(trainer.state)  # The steps so far count as training.
-        train_seconds, began = clock.seconds(), time.perf_counter()
-        record = evaluator.periodic(_evaluation_params(trainer), step, unwrap)
-        records.append({**record, "train_seconds": train_seconds})
-        write_records()
-        clock.exclude(time.perf_counter() - began)
+        train_seconds = clock.seconds()
+        with clock.excluded():
+          record = evaluator.periodic(_evaluation_params(trainer), step, unwrap)
+          records.append({**record, "train_seconds": train_seconds})
+          write_records()
       if step % t.checkpoint_every == 0 or step == t.steps:
         save(step)
         computed(step)
@@ -348,13 +381,13 @@ def _train_and_evaluate(config, source, model, workdir, store, devices) -> dict:
 
   # Evaluation of every model: over the length range, or on the dataset's splits.
   jax.block_until_ready(trainer.state)
-  train_seconds = clock.seconds()
+  spent = clock.carry()
   result = evaluator.final(_evaluation_params(trainer), trainer.members,
                            np.asarray(trainer.state.nonfinite).tolist(),
                            int(np.asarray(trainer.state.step)[0]),
                            progress=config.progress and bar.terminal,
                            before_each=stop_during_evaluation)
   result = results.with_model(result, trainer.model)
-  result["train_seconds"] = train_seconds
+  result.update(spent)  # train_seconds and (where kept) train_cpu_seconds.
   io_utils.write_json(os.path.join(workdir, "eval.json"), result)
   return result
