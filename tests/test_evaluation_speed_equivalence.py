@@ -194,8 +194,7 @@ def test_two_lengths_at_a_time_only_on_a_cpu_with_two_cores(monkeypatch):
 def _padded_batch(task, length, padded, rows):
   batch = data.pad_batch(task, data.make_batch(task, jax.random.PRNGKey(5), rows, length),
                          padded, padded // 2, rows)
-  positions = jax.random.PRNGKey(6)
-  return batch["tokens"], positions
+  return batch["tokens"], jax.random.PRNGKey(6)  # Tokens, the positions' key.
 
 
 @pytest.mark.parametrize("pe", ENCODINGS)

@@ -160,9 +160,8 @@ class TrainingClock:
   """
 
   def __init__(self, carried: float = 0.0, carried_cpu: Optional[float] = 0.0):
-    self._carried, self._started, self._excluded = float(carried), time.perf_counter(), 0.0
-    self._carried_cpu = None if carried_cpu is None else float(carried_cpu)
-    self._started_cpu, self._excluded_cpu = time.process_time(), 0.0
+    self._wall = _Stopwatch(time.perf_counter, carried)
+    self._cpu = None if carried_cpu is None else _Stopwatch(time.process_time, carried_cpu)
 
   @classmethod
   def from_carry(cls, carry: dict) -> "TrainingClock":
@@ -171,12 +170,10 @@ class TrainingClock:
     return cls(carry.get("train_seconds", 0.0), cpu)
 
   def seconds(self) -> float:
-    return self._carried + time.perf_counter() - self._started - self._excluded
+    return self._wall.seconds()
 
   def cpu_seconds(self) -> Optional[float]:
-    if self._carried_cpu is None:
-      return None
-    return self._carried_cpu + time.process_time() - self._started_cpu - self._excluded_cpu
+    return None if self._cpu is None else self._cpu.seconds()
 
   def carry(self) -> dict:
     """What a checkpoint keeps of the clock."""
@@ -187,12 +184,28 @@ class TrainingClock:
   @contextlib.contextmanager
   def excluded(self) -> Iterator[None]:
     """Neither clock counts the block (evaluation during training)."""
-    began, began_cpu = time.perf_counter(), time.process_time()
+    watches = [w for w in (self._wall, self._cpu) if w is not None]
+    began = [w.now() for w in watches]
     try:
       yield
     finally:
-      self._excluded += time.perf_counter() - began
-      self._excluded_cpu += time.process_time() - began_cpu
+      for watch, start in zip(watches, began):
+        watch.exclude_since(start)
+
+
+class _Stopwatch:
+  """Seconds of one clock (`now`) since it was made, plus those carried, minus those
+  excluded."""
+
+  def __init__(self, now, carried: float):
+    self.now = now
+    self._offset = float(carried) - now()
+
+  def seconds(self) -> float:
+    return self._offset + self.now()
+
+  def exclude_since(self, began: float) -> None:
+    self._offset -= self.now() - began
 
 
 def _check_start(workdir: str, config: ml_collections.ConfigDict, saved_steps,
