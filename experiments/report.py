@@ -18,7 +18,10 @@ Writes into OUT_DIR (default SWEEP_DIR/report):
                           more than one std, within it, reversed, or not learned
 A sweep with variants (`sweep.variants`, e.g. configs/su.py) gets instead:
   variants.md / variants.csv  mean ± std over seeds of the unseen-length accuracy per
-                          (task, variant), at the learning rate with the best mean
+                          (task, variant), at the learning rate with the best mean;
+                          below it, each variant against the one it extends by one
+                          option (rope -> rope+logn, rope -> randomized_rope, ...):
+                          above by more than one std, within it, below, or not learned
   figures/TASK.png        accuracy against length, a line per variant (mean over
                           seeds, the band ± one std), training range shaded
 The paper kind also writes

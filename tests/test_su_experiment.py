@@ -153,10 +153,11 @@ def _must_not_run(config_dict, workdir):
   raise AssertionError("no job may run")
 
 
-def _eval(task, accuracies_by_model, lengths=(1, 2, 3, 4)):
-  """An eval.json: accuracies_by_model {(seed, rate): (unseen, [per-length accuracy])}."""
+def _eval(task, accuracies_by_model, lengths=(1, 2, 3, 4), train=1.0):
+  """An eval.json: accuracies_by_model {(seed, rate): (unseen, [per-length accuracy])},
+  every model at accuracy `train` on the training lengths."""
   models = [{"seed": seed, "learning_rate": rate, "accuracy": list(per_length),
-             "diverged": False, "scores": {"train_range": 1.0, "unseen": unseen}}
+             "diverged": False, "scores": {"train_range": train, "unseen": unseen}}
             for (seed, rate), (unseen, per_length) in accuracies_by_model.items()]
   return {"task": task, "pe": "rope", "lengths": list(lengths), "training_lengths": [1, 2],
           "models": models, "step": 10}
@@ -236,3 +237,56 @@ def test_one_small_su_job_trains_one_step(tmp_path):
           stored["model"]["log_n_scaling"]) == ("rope", "equal_mean_beta", True)
   out = report.write_report(str(tmp_path / "sweep"))
   assert out["kind"] == "variants" and out["variants"] == ["rope+beta+logn"]
+
+
+def test_variant_base_is_the_variant_extended_by_one_option():
+  names = su.get_config("scale=cpu").sweep.variants
+  names = [name for name, _ in names]
+  bases = {name: report.variant_base(name, names) for name in names}
+  assert bases == {
+      "rope": None, "sin_cos": None, "rope+logn": "rope", "randomized_rope": "rope",
+      "randomized_rope+even": "randomized_rope", "randomized_rope+logn": "randomized_rope",
+      "randomized_rope+even+logn": "randomized_rope+even", "rope+exp": "rope",
+      "rope+exp+logn": "rope+exp", "rope+beta": "rope", "rope+beta+logn": "rope+beta"}
+  # A base missing from the sweep gives no comparison.
+  assert report.variant_base("rope+logn", ["rope+logn", "sin_cos"]) is None
+  assert report.variant_base("randomized_rope", ["randomized_rope"]) is None
+
+
+def test_variant_report_says_what_each_option_adds(tmp_path):
+  sweep_dir = tmp_path / "sweep"
+  config = su.get_config("scale=small").to_dict()
+
+  def job(task, variant, unseen, train=1.0):
+    models = {(seed, 1e-3): (u, [1.0, 1.0, u, u]) for seed, u in enumerate(unseen)}
+    _write_job(sweep_dir, task, variant, _eval(task, models, train=train), config)
+
+  # reverse_string: rope 0.6 ± 0.1; log-n within one std (0.65 ± 0.05: +5 < 10),
+  # randomized above by more (0.8 ± 0.1: +20 > 10), randomized+log-n below it by more.
+  job("reverse_string", "rope", [0.5, 0.7])
+  job("reverse_string", "rope+logn", [0.6, 0.7])
+  job("reverse_string", "randomized_rope", [0.7, 0.9])
+  job("reverse_string", "randomized_rope+logn", [0.5, 0.5])
+  # even_pairs: randomized far above rope, but rope did not learn its training lengths.
+  job("even_pairs", "rope", [0.5, 0.5], train=0.9)
+  job("even_pairs", "randomized_rope", [0.9, 0.9])
+  out = report.write_report(str(sweep_dir))
+  rows = {(r["task"], r["family"]): r for r in out["effects"]}
+  verdicts = {key: r["verdict"] for key, r in rows.items()}
+  assert verdicts == {
+      ("even_pairs", "rope → rope+logn"): "missing",
+      ("reverse_string", "rope → rope+logn"): "within one std",
+      ("even_pairs", "rope → randomized_rope"): "not learned",
+      ("reverse_string", "rope → randomized_rope"): "holds",
+      ("even_pairs", "randomized_rope → randomized_rope+logn"): "missing",
+      ("reverse_string", "randomized_rope → randomized_rope+logn"): "reversed"}
+  assert rows["reverse_string", "rope → randomized_rope"]["gain"] == pytest.approx(20.0)
+  assert rows["reverse_string", "randomized_rope → randomized_rope+logn"][
+      "gain"] == pytest.approx(-30.0)
+  md = open(os.path.join(out["out_dir"], "variants.md")).read()
+  assert "| reverse_string | 60.0 → 65.0 ≈ | 60.0 → 80.0 ✓ | 80.0 → 50.0 ✗ |" in md
+  assert "| even_pairs | – | 50.0 → 90.0 † | – |" in md
+  assert ("- rope → randomized_rope: lifts on 1 of 2 tasks (even_pairs +40.0 (not learned), "
+          "reverse_string +20.0)") in md
+  assert ("- randomized_rope → randomized_rope+logn: lifts on 0 of 1 tasks "
+          "(reverse_string -30.0 (lowers))") in md

@@ -363,8 +363,62 @@ def plot_variants(task: str, results: dict, names, path: str) -> None:
   figures.save(plt, fig, path)
 
 
+def variant_base(name: str, names) -> str | None:
+  """The variant among `names` that `name` extends by one option: NAME without its last
+  "+option" (rope+exp+logn -> rope+exp), else the classic encoding a randomized one
+  randomizes (randomized_rope -> rope); None when `names` has no such variant."""
+  head, plus, _ = name.rpartition("+")
+  base = head if plus else name.removeprefix("randomized_")
+  return base if base != name and base in names else None
+
+
+def variant_effect_rows(tasks, names, cells) -> list[dict]:
+  """Per variant that extends another (`variant_base`) and task: does the option lift the
+  unseen-length accuracy by more than one std? `cells`: `build_variant_table`'s. Rows as
+  `ordering_rows`' ("family": "BASE → VARIANT", "classic": the base's (mean, std),
+  "randomized": the variant's), with its verdicts ("holds": above by more than the larger
+  std)."""
+  rows = []
+  for name in names:
+    base = variant_base(name, names)
+    if base is None:
+      continue
+    for task in tasks:
+      before, after = cells[task, base], cells[task, name]
+      trained = (before and before[3], after and after[3])
+      gain, verdict = ordering_verdict(before and before[:2], after and after[:2], trained)
+      rows.append({"task": task, "family": f"{base} → {name}", "base": base,
+                   "variant": name, "classic": before and before[:2],
+                   "randomized": after and after[:2], "training": trained, "gain": gain,
+                   "verdict": verdict})
+  return rows
+
+
+def variant_effect_markdown(rows) -> str:
+  """`variant_effect_rows` as a grid and one line per option: on how many tasks it lifts."""
+  lines = ["## What each option adds: every variant against the variant it extends", "",
+           "Each column compares a variant with the one it extends by one option (log-n, "
+           "evenly spaced test positions, a position sampler, randomized positions): "
+           "unseen-length accuracy in %, mean over seeds, before → after. ✓: after above "
+           "before by more than the larger of the two stds; ≈: within it; ✗: below by "
+           f"more; {UNTRAINED_MARK}: a model below {TRAINED:.0f}% on its training lengths "
+           "(no verdict).", "", ordering_grid_markdown(rows, header="{family}"), ""]
+  for family in dict.fromkeys(r["family"] for r in rows):
+    mine = [r for r in rows if r["family"] == family and r["verdict"] != "missing"]
+    if not mine:
+      continue
+    lifts = sum(r["verdict"] == "holds" for r in mine)
+    words = {"holds": "", "reversed": " (lowers)"}
+    details = ", ".join(f"{r['task']} {r['gain']:+.1f}"
+                        f"{words.get(r['verdict'], ' (' + r['verdict'] + ')')}"
+                        for r in mine)
+    lines.append(f"- {family}: lifts on {lifts} of {len(mine)} tasks ({details})")
+  return "\n".join(lines)
+
+
 def write_variant_report(sweep_dir: str, results: dict, order, out_dir: str) -> dict:
   tasks, names, cells = build_variant_table(results, order, load_paper())
+  effects = variant_effect_rows(tasks, names, cells)
   note = ("Mean ± std over seeds (at the learning rate with the best mean) of the accuracy "
           "in % averaged over the unseen test lengths, and in brackets the mean accuracy on "
           f"the training lengths ({UNTRAINED_MARK}: below {TRAINED:.0f}%, the model did not "
@@ -372,13 +426,15 @@ def write_variant_report(sweep_dir: str, results: dict, order, out_dir: str) -> 
           "(yet) finished.")
   md = f"## Unseen-length accuracy per variant\n\n{note}\n\n" + variant_markdown(
       tasks, names, cells)
+  if effects:
+    md += "\n\n" + variant_effect_markdown(effects)
   io_utils.atomic_write_text(os.path.join(out_dir, "variants.md"), md + "\n")
   io_utils.atomic_write_text(os.path.join(out_dir, "variants.csv"),
                              variant_csv(tasks, names, cells))
   for task in tasks:
     plot_variants(task, results, names, os.path.join(out_dir, figures.FOLDER, f"{task}.png"))
   return {"kind": "variants", "tasks": tasks, "variants": names, "cells": cells,
-          "table": md, "out_dir": out_dir}
+          "effects": effects, "table": md, "out_dir": out_dir}
 
 
 def stored_job_config(sweep_dir: str, task: str, name: str) -> dict | None:
@@ -924,12 +980,13 @@ VERDICT_MARKS = {"holds": "✓", "within one std": "≈", "reversed": "✗",
                  "not learned": UNTRAINED_MARK}
 
 
-def ordering_grid_markdown(rows) -> str:
-  """`ordering_rows` at a glance: one row per task, one column per family, each cell the
-  classic and the randomized twin's unseen-length means and the verdict's mark."""
+def ordering_grid_markdown(rows, header: str = "{family} → randomized") -> str:
+  """`ordering_rows` at a glance: one row per task, one column per family (titled
+  `header`), each cell the classic and the randomized twin's unseen-length means and the
+  verdict's mark."""
   families = list(dict.fromkeys(r["family"] for r in rows))
   by_cell = {(r["task"], r["family"]): r for r in rows}
-  lines = ["| task | " + " | ".join(f"{f} → randomized" for f in families) + " |",
+  lines = ["| task | " + " | ".join(header.format(family=f) for f in families) + " |",
            "|---|" + "---|" * len(families)]
   for task in dict.fromkeys(r["task"] for r in rows):
     cells = []
