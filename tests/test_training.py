@@ -185,9 +185,10 @@ def test_plan_buckets_is_optimal_on_a_small_case():
 
 
 def count_step_traces(monkeypatch) -> list:
-  """The batch shapes the training step is traced with (one entry per compiled program)."""
+  """The batch shapes the training step's gradients are traced with (one entry per
+  compiled program; the update is one program for every shape)."""
   traces = []
-  original = steps.make_train_step
+  original = steps.make_gradient_step
 
   def counting(*args, **kwargs):
     step = original(*args, **kwargs)
@@ -197,7 +198,7 @@ def count_step_traces(monkeypatch) -> list:
       return step(state, batch)
     return wrapped
 
-  monkeypatch.setattr(steps, "make_train_step", counting)
+  monkeypatch.setattr(steps, "make_gradient_step", counting)
   return traces
 
 

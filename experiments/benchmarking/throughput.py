@@ -95,26 +95,45 @@ def _hlo_categories(hlo_text: str) -> dict:
   return out
 
 
-def profile_shares(run_steps, hlo_text: str, scratch: str, module: str = "grid_step") -> dict:
+def _hlo_modules(hlo_text: str) -> dict:
+  """{module name: its text} of one or several optimized HLO modules one after another
+  (each begins with a line "HloModule NAME, ...")."""
+  modules, name = {}, None
+  for line in hlo_text.splitlines(keepends=True):
+    header = re.match(r"^HloModule\s+([\w.\-]+)", line)
+    if header:
+      name = header.group(1)
+      modules[name] = ""
+    if name is not None:
+      modules[name] += line
+  return modules
+
+
+def profile_shares(run_steps, hlo_text: str, scratch: str) -> dict:
   """The share of the time of the step's HLO ops by category, from a jax.profiler trace
   of `run_steps()`: the XLA CPU runtime records one event per executed op (stat
   `hlo_op`); events are summed per category (`_hlo_categories`); ops that ran in
-  parallel on the two cores both count, so shares are of the summed op time. Only the
-  events of HLO modules whose name holds `module` count."""
+  parallel on the two cores both count, so shares are of the summed op time. `hlo_text`:
+  the step's program, or its programs one after another (a `steps.CompiledStep`'s); only
+  the events of those modules count, each op categorised within its own module."""
   with jax.profiler.trace(scratch):
     run_steps()
   files = sorted(glob.glob(os.path.join(scratch, "**", "*.xplane.pb"), recursive=True),
                  key=os.path.getmtime)
   if not files:
     return {"error": "no trace written"}
-  categories = _hlo_categories(hlo_text)
+  # Longest names first: a module's name may hold another's.
+  modules = sorted(((name, _hlo_categories(text)) for name, text in
+                    _hlo_modules(hlo_text).items()), key=lambda m: -len(m[0]))
   totals, unknown = {}, 0.0
   for plane in ProfileData.from_file(files[-1]).planes:
     for line in plane.lines:
       for event in line.events:
         stats = dict(event.stats)
         op = stats.get("hlo_op")
-        if op is None or module not in str(stats.get("hlo_module", "")):
+        module = str(stats.get("hlo_module", ""))
+        categories = next((c for name, c in modules if name in module), None)
+        if op is None or categories is None:
           continue
         category = categories.get(op)
         if category is None:

@@ -270,6 +270,11 @@ class Program:
   def lower(self, *args):
     return self._jitted.lower(*args)
 
+  @property
+  def num_compiled(self) -> int:
+    """How many signatures this program has been compiled (or loaded) for."""
+    return len(self._compiled)
+
   def compile(self, *args):
     """The compiled program for these arguments (loaded, or compiled), without running."""
     return self._compiled_for(*jax.tree_util.tree_flatten(args), args)

@@ -233,14 +233,14 @@ def loss_and_accuracy(model, params, key, batch, positions, is_training=True):
   return loss, jnp.sum(correct) / jnp.maximum(jnp.sum(batch["mask"] & valid), 1)
 
 
-def make_train_step(model, optimizer, seed):
-  """Returns the pure train_step(state, batch) -> (state, metrics); `seed` may be traced.
+def make_gradient_step(model, seed):
+  """Returns the pure gradients(state, batch) -> (grads, metrics); `seed` may be traced.
 
   One program serves every batch of one padded shape: positions are drawn for the
   batch's true length (the padded draw's prefix is the unpadded draw).
   """
 
-  def train_step(state: TrainState, batch):
+  def gradients(state: TrainState, batch):
     key = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(seed), _MODEL), state.step)
     pos_key, dropout_key = jax.random.split(key)
     positions = model.sample_positions(pos_key, batch["sequence_length"][0],
@@ -250,11 +250,33 @@ def make_train_step(model, optimizer, seed):
       return loss_and_accuracy(model, params, dropout_key, batch, positions)
 
     (loss, accuracy), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    return grads, {"loss": loss, "accuracy": accuracy}
+
+  return gradients
+
+
+def make_update(optimizer):
+  """Returns the pure update(state, grads, metrics) -> state: the optimizer's step, and
+  the state's flag set when the loss or the update is not finite. It does not depend on
+  the batch's shape."""
+
+  def update(state: TrainState, grads, metrics):
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    finite = jnp.isfinite(loss) & jnp.isfinite(optax.tree_utils.tree_norm(updates))
-    new_state = TrainState(params, opt_state, state.step + 1, state.nonfinite | ~finite)
-    return new_state, {"loss": loss, "accuracy": accuracy}
+    finite = jnp.isfinite(metrics["loss"]) & jnp.isfinite(optax.tree_utils.tree_norm(updates))
+    return TrainState(params, opt_state, state.step + 1, state.nonfinite | ~finite)
+
+  return update
+
+
+def make_train_step(model, optimizer, seed):
+  """Returns the pure train_step(state, batch) -> (state, metrics), gradients and update
+  in one function; `seed` may be traced. (`Trainer.step` runs the two as two programs.)"""
+  gradients, update = make_gradient_step(model, seed), make_update(optimizer)
+
+  def train_step(state: TrainState, batch):
+    grads, metrics = gradients(state, batch)
+    return update(state, grads, metrics), metrics
 
   return train_step
 
@@ -288,7 +310,8 @@ def init_grid(model, config, members, tokens=None, cache_key=None) -> TrainState
 
 
 def make_grid_step(model, optimizer, layout: str = members_lib.DEFAULT):
-  """grid_step(states [M], seeds [M], batch) -> (states, metrics [M]): one shared batch.
+  """grid_step(states [M], seeds [M], batch) -> (states, metrics [M]): one shared batch,
+  in one function (`make_grid_programs` gives its two parts).
 
   Every model draws its own positions and dropout keys from its own seed; `layout`
   (`experiments.training.members`) says how the models run in the program.
@@ -301,7 +324,93 @@ def make_grid_step(model, optimizer, layout: str = members_lib.DEFAULT):
 
   return members_lib.over_members(grid_step, layout, in_axes=(0, 0, None))
 
-  return grid_step
+
+def make_grid_programs(model, optimizer, layout: str = members_lib.DEFAULT):
+  """(grid_gradients, grid_update): `make_grid_step` in two parts, lifted over the grid's
+  models as `layout` runs them.
+
+  grid_gradients(states [M], seeds [M], batch) -> (grads [M], metrics [M]) depends on the
+  batch's shape; grid_update(states [M], grads [M], metrics [M]) -> states does not, so a
+  run compiles it once where it compiles the gradients once per training shape.
+  """
+
+  def grid_gradients(states, seeds, batch):
+    return make_gradient_step(model, seeds)(states, batch)
+
+  def grid_update(states, grads, metrics):
+    return make_update(optimizer)(states, grads, metrics)
+
+  return (members_lib.over_members(grid_gradients, layout, in_axes=(0, 0, None)),
+          members_lib.over_members(grid_update, layout, in_axes=(0, 0, 0)))
+
+
+class TrainingStep:
+  """The grid step as two programs: the gradients (one per batch shape) and the update
+  (one per run: the optimizer's step does not depend on the batch's shape).
+
+  On a CPU the update is about a fifth of a training program's compile time at the
+  paper's model (docs/benchmark.md), so a run of 40 training lengths compiles it once
+  instead of 40 times. The two programs give the models of the one-program step to
+  within float rounding (XLA fuses and orders some operations otherwise; about 1e-5
+  after a few Adam steps), so the split is part of how a run computes, not of its
+  settings.
+
+  Call it as the one-program step: step(state, seeds, batch) -> (state, metrics), the
+  state donated; `compile` and `lower(...).compile()` give a `CompiledStep`.
+  """
+
+  def __init__(self, gradients: compile_cache.Program, update: compile_cache.Program):
+    self.gradients = gradients
+    self.update = update
+
+  def __call__(self, state, seeds, batch):
+    grads, metrics = self.gradients(state, seeds, batch)
+    return self.update(state, grads, metrics), metrics
+
+  def compile(self, state, seeds, batch) -> "CompiledStep":
+    """Both programs compiled (or loaded) for these arguments, without running a step."""
+    gradients = self.gradients.compile(state, seeds, batch)
+    # Arguments of the update's signature: zeros shaped and placed as the gradients'
+    # outputs (the update is compiled once; later shapes find it).
+    grads, metrics = jax.tree_util.tree_map(
+        lambda info: jax.device_put(jnp.zeros(info.shape, info.dtype), info.sharding),
+        gradients.out_info)
+    return CompiledStep(gradients, self.update.compile(state, grads, metrics))
+
+  def lower(self, state, seeds, batch):
+    """An object whose `compile()` is `compile(state, seeds, batch)` (as jax.jit's lower)."""
+    return _Lowered(lambda: self.compile(state, seeds, batch))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Lowered:
+  compile: Callable
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledStep:
+  """A `TrainingStep` compiled for one batch shape: callable as the step, with XLA's
+  cost analysis of the two programs summed."""
+  gradients: Any
+  update: Any
+
+  def __call__(self, state, seeds, batch):
+    grads, metrics = self.gradients(state, seeds, batch)
+    return self.update(state, grads, metrics), metrics
+
+  def as_text(self) -> str:
+    """Both programs' optimised HLO, the gradients' first (for profiles that read it)."""
+    return self.gradients.as_text() + "\n" + self.update.as_text()
+
+  def cost_analysis(self) -> dict:
+    total: dict = {}
+    for program in (self.gradients, self.update):
+      cost = program.cost_analysis()
+      cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+      for name, value in (cost or {}).items():
+        if isinstance(value, (int, float)):
+          total[name] = total.get(name, 0.0) + float(value)
+    return total
 
 
 def mesh_shardings(devices, num_models: int, layout: str = members_lib.DEFAULT):
@@ -328,8 +437,8 @@ class Trainer:
     members: (seed, learning rate) of every model of the grid.
     state: the initial stacked state [M, ...], placed on the devices.
     seeds: int32 [M] seeds, placed.
-    step: the jitted grid step (state donated): (state, seeds, batch) -> (state, metrics),
-      a `compile_cache.Program` keyed by the run's config.
+    step: the grid step (state donated): (state, seeds, batch) -> (state, metrics), a
+      `TrainingStep` of two `compile_cache.Program`s keyed by the run's config.
     place: puts a host batch on the devices (split over them when data parallel).
     state_sharding, batch_sharding: None on one device.
   """
@@ -376,8 +485,9 @@ def build_trainer(config: ml_collections.ConfigDict, task, devices=None,
   if state_sharding is not None:
     state = jax.device_put(state, state_sharding)
     seeds = jax.device_put(seeds, seeds_sharding)
-  step = compile_cache.Program(make_grid_step(model, optimizer_for(model, config), layout),
-                               "grid_step", key, donate_argnums=(0,))
+  gradients, update = make_grid_programs(model, optimizer_for(model, config), layout)
+  step = TrainingStep(compile_cache.Program(gradients, "grid_gradients", key),
+                      compile_cache.Program(update, "grid_update", key, donate_argnums=(0,)))
   place = ((lambda b: jax.device_put(b, batch_sharding)) if batch_sharding is not None
            else (lambda b: b))
   return Trainer(model, members, state, seeds, step, place, state_sharding, batch_sharding)

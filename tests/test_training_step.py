@@ -1,0 +1,73 @@
+"""The training step as two programs (experiments.training.steps.TrainingStep): the
+gradients, one per batch shape, and the update, one per run."""
+import jax
+import numpy as np
+import pytest
+
+import tasks
+from experiments.training import data
+from experiments.training import steps
+from tests.test_training import tiny_config
+
+
+def _flat(tree):
+  return np.concatenate([np.ravel(np.asarray(x, np.float64))
+                         for x in jax.tree_util.tree_leaves(tree)])
+
+
+def _copy(tree):
+  return jax.tree_util.tree_map(lambda x: x.copy(), tree)
+
+
+@pytest.mark.parametrize("layout", ["vmap", "loop"])
+def test_two_programs_train_the_one_program_steps_models(layout):
+  config = tiny_config()
+  config.model.update(num_layers=2, d_model=8, num_heads=2, widening_factor=1)
+  # Plain SGD at rate 1: the updated parameters compare the gradients themselves (Adam's
+  # first steps amplify the float noise of near-zero gradients to the learning rate).
+  config.training.optimizer = "sgd"
+  config.grid.seeds, config.grid.learning_rates, config.grid.layout = (0, 1), (1.0,), layout
+  task = tasks.get("reverse_string")
+  trainer = steps.build_trainer(config, task, jax.devices()[:1])
+  one_program = jax.jit(steps.make_grid_step(
+      trainer.model, steps.optimizer_for(trainer.model, config), layout))
+  split, single = _copy(trainer.state), _copy(trainer.state)
+  for i, length in enumerate((2, 3, 2)):
+    batch = data.make_batch(task, jax.random.PRNGKey(i), 4, length)
+    before = _flat(single.params)
+    split, got = trainer.step(split, trainer.seeds, batch)
+    single, want = one_program(single, trainer.seeds, batch)
+    np.testing.assert_allclose(got["loss"], want["loss"], rtol=1e-6)
+    np.testing.assert_array_equal(got["accuracy"], want["accuracy"])
+    moved = np.max(np.abs(_flat(single.params) - before))
+    assert moved > 1e-3  # The step moved the parameters (by the gradients).
+    np.testing.assert_allclose(_flat(split.params), _flat(single.params),
+                               atol=1e-5 * moved, rtol=0)
+  np.testing.assert_array_equal(split.step, [3, 3])
+  np.testing.assert_array_equal(split.nonfinite, [False, False])
+  # Two batch shapes: two gradient programs and one update for both.
+  assert (trainer.step.gradients.num_compiled, trainer.step.update.num_compiled) == (2, 1)
+
+
+def test_compiled_step_runs_both_programs_and_sums_their_costs():
+  config = tiny_config()
+  task = tasks.get("reverse_string")
+  trainer = steps.build_trainer(config, task, jax.devices()[:1])
+  batch = data.make_batch(task, jax.random.PRNGKey(0), 8, 3)
+  compiled = trainer.step.lower(trainer.state, trainer.seeds, batch).compile()
+  assert (trainer.step.gradients.num_compiled, trainer.step.update.num_compiled) == (1, 1)
+
+  def flops(program):
+    cost = program.cost_analysis()
+    return (cost[0] if isinstance(cost, (list, tuple)) else cost)["flops"]
+
+  gradients, update = flops(compiled.gradients), flops(compiled.update)
+  assert gradients > 10 * update > 0  # The update is elementwise, the gradients are not.
+  assert compiled.cost_analysis()["flops"] == pytest.approx(gradients + update, rel=1e-6)
+  reference = _copy(trainer.state)
+  state, metrics = compiled(trainer.state, trainer.seeds, batch)
+  again, metrics_again = trainer.step(reference, trainer.seeds, batch)
+  np.testing.assert_array_equal(_flat(state.params), _flat(again.params))
+  np.testing.assert_array_equal(metrics["loss"], metrics_again["loss"])
+  # Calling the step found the compiled programs: nothing compiled again.
+  assert (trainer.step.gradients.num_compiled, trainer.step.update.num_compiled) == (1, 1)
