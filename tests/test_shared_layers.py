@@ -74,6 +74,63 @@ def test_position_major_dropout_of_a_prefix_is_the_prefix_of_the_dropout():
   np.testing.assert_array_equal(long[:, :7], short)
 
 
+def test_dropout_drawn_for_more_positions_keeps_the_bits_of_its_own_draw():
+  key = jax.random.PRNGKey(7)
+  x = jax.random.normal(jax.random.PRNGKey(1), (3, 5, 8))
+  np.testing.assert_array_equal(
+      layers.dropout(x, 0.3, position_major=True, positions=13, key=key),
+      layers.dropout(x, 0.3, position_major=True, key=key))
+  with pytest.raises(ValueError, match="at least"):
+    layers.dropout(x, 0.3, position_major=True, positions=4, key=key)
+
+
+@pytest.mark.parametrize("reserved", [0, 2, 5])
+def test_keys_split_in_one_loop_are_the_keys_of_as_many_next_rng_key_calls(reserved):
+  def draw(in_order):
+    if reserved:
+      hk.reserve_rng_keys(reserved)  # Keys Haiku has split already come first.
+    first = hk.next_rng_key()
+    keys = (layers.next_rng_keys_in_order(4) if in_order
+            else [hk.next_rng_key() for _ in range(4)])
+    return jnp.stack([first, *keys, hk.next_rng_key(), hk.next_rng_key()])
+
+  key = jax.random.PRNGKey(11)
+  want = hk.transform(lambda: draw(False)).apply({}, key)
+  got = hk.transform(lambda: draw(True)).apply({}, key)
+  np.testing.assert_array_equal(got, want)
+  assert len(np.unique(np.asarray(want), axis=0)) == 7
+
+
+@pytest.mark.parametrize("pe,compat", [("randomized_relative", "paper"), ("rope", "release"),
+                                       ("sin_cos", "release")])
+def test_encoder_dropout_equals_one_draw_per_call(pe, compat, monkeypatch):
+  # The encoder splits its dropout keys in one loop and draws the last layer's masks
+  # at full length: the same bits as a key from Haiku and a mask of its own shape for
+  # every dropout (the encoder before; parameters at init, where dropout runs in
+  # release mode, too).
+  config = encoder_lib.EncoderConfig(pe=pe, compat=compat, num_layers=2, d_model=16,
+                                     num_heads=2, vocab_size=5)
+  model = encoder_lib.EncoderModel(config, 4)
+  tokens = jax.random.randint(jax.random.PRNGKey(0), (3, 10), 0, 5)
+
+  def run():
+    params = model.init(jax.random.PRNGKey(1), tokens)
+    def loss(p):
+      out = model.apply(p, jax.random.PRNGKey(2), tokens, is_training=True, num_outputs=4)
+      return jnp.sum(out ** 2), out
+    (_, out), grads = jax.value_and_grad(loss, has_aux=True)(params)
+    return params, out, grads
+
+  got = run()
+  dropout = layers.dropout
+  monkeypatch.setattr(layers, "next_rng_keys_in_order",
+                      lambda n: [hk.next_rng_key() for _ in range(n)])
+  monkeypatch.setattr(layers, "dropout", lambda x, rate, positions=None, **kw:
+                      dropout(x, rate, **kw))
+  want = run()
+  jax.tree_util.tree_map(np.testing.assert_array_equal, got, want)
+
+
 def test_torch_initialisers_bounds():
   w = layers.torch_uniform(160)(jax.random.PRNGKey(0), (160, 160))
   assert 0.075 < float(jnp.max(jnp.abs(w))) <= 1 / np.sqrt(160)

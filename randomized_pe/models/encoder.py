@@ -400,6 +400,18 @@ class Encoder(hk.Module):
     family, behaviour = config.family, config.behaviour
     # Release item 3: dropout also at evaluation (the release has no switch).
     dropout_on = config.dropout_rate > 0 and (is_training or behaviour.dropout_at_evaluation)
+    # Release item 4: embedding dropout only after additive encodings.
+    embedding_dropout = (family.acts == "embedding"
+                         or not behaviour.embedding_dropout_needs_term)
+    # Every dropout's key, in the order the dropouts draw them, split in one loop; at
+    # init, where parameters draw keys between the dropouts, each draws its own (None).
+    num_dropouts = int(embedding_dropout) + 2 * config.num_layers
+    if not dropout_on:
+      dropout_keys = iter(())
+    elif hk.running_init():
+      dropout_keys = iter([None] * num_dropouts)
+    else:
+      dropout_keys = iter(layers_lib.next_rng_keys_in_order(num_dropouts))
 
     def dropout(x):  # [B, T, M]
       if not dropout_on:
@@ -407,8 +419,10 @@ class Encoder(hk.Module):
       # Drawn position-major, [T, B, M]: the mask of a position does not depend on how
       # many positions follow it, so a padded batch drops exactly what the unpadded
       # batch drops (with JAX's partitionable threefry, a draw of a shape is a prefix
-      # of the draw of a longer one).
-      return layers_lib.dropout(x, config.dropout_rate, position_major=True)
+      # of the draw of a longer one). The last layer's rows (the outputs only) take the
+      # first rows of a full-length draw: the same bits, one random-bit kernel a program.
+      return layers_lib.dropout(x, config.dropout_rate, position_major=True,
+                                positions=length, key=next(dropout_keys))
 
     embed = hk.Embed(
         config.vocab_size, config.d_model,
@@ -419,8 +433,7 @@ class Encoder(hk.Module):
     if family.acts == "embedding":
       ctx = config.context
       h = h + family.term(embedding_positions, _get_params(family.params(ctx)), ctx)[None]
-    # Release item 4: embedding dropout only after additive encodings.
-    if family.acts == "embedding" or not behaviour.embedding_dropout_needs_term:
+    if embedding_dropout:
       h = dropout(h)
 
     if num_outputs is not None and not 1 <= num_outputs <= length:
@@ -456,6 +469,7 @@ class Encoder(hk.Module):
       ff = hk.Linear(config.d_model, name=f"ffn_out_{layer}")(jax.nn.relu(ff))
       h = _layer_norm(h + dropout(ff), name=f"ffn_norm_{layer}")
       layers.append(h)
+    assert next(dropout_keys, None) is None, "a dropout key was split and not used"
     logits = hk.Linear(self._output_size, name="logits")(h)  # [B, T or O, C]
     if num_outputs is not None and last_rows is None:
       logits = families.query_rows(logits, outputs_from, num_outputs, axis=1)

@@ -4,6 +4,9 @@
   layer_norm    LayerNorm over the features, scale and offset, eps 1e-5 (Haiku's default,
                 which is also torch.nn.LayerNorm's)
   dropout       inverted dropout from the module's rng, in the order a model draws it
+  next_rng_keys_in_order
+                the next keys of Haiku's sequence, as many calls of hk.next_rng_key
+                give them, split in one loop
   torch_uniform, xavier_uniform
                 PyTorch's default initialisers (Ito's model copies them: docs/ito.md); the
                 others are jax.nn's (`jax.nn.initializers.normal`, `zeros`, ...)
@@ -42,7 +45,7 @@ def layer_norm(x: jax.Array, name: str, eps: float = 1e-5) -> jax.Array:
 
 
 def dropout(x: jax.Array, rate: float, *, position_major: bool = False,
-            key: Optional[jax.Array] = None) -> jax.Array:
+            positions: Optional[int] = None, key: Optional[jax.Array] = None) -> jax.Array:
   """Inverted dropout of x [B, T, M]: each entry kept with 1 - rate and divided by it.
 
   Args:
@@ -51,16 +54,51 @@ def dropout(x: jax.Array, rate: float, *, position_major: bool = False,
     position_major: draw the mask as [T, B, M] (the encoder's: a position's mask then does
       not depend on how many positions follow it, so a padded batch drops what the
       unpadded batch drops); else as x's shape [B, T, M] (Ito's model).
+    positions: with position_major, draw the mask for this many positions (at least T)
+      and keep its first T: the same bits as a draw for T (JAX's partitionable threefry
+      draws a shape as a prefix of a longer one), but every mask of a program then has
+      one shape, and XLA compiles one random-bit kernel instead of one per shape. None
+      draws for T.
     key: the PRNG key; None takes `hk.next_rng_key()`.
   """
   keep_rate = 1.0 - rate
   key = hk.next_rng_key() if key is None else key
   if position_major:
-    keep = jnp.swapaxes(jax.random.bernoulli(key, keep_rate, (x.shape[1], x.shape[0],
-                                                              *x.shape[2:])), 0, 1)
+    length = x.shape[1]
+    drawn = length if positions is None else positions
+    if drawn < length:
+      raise ValueError(f"dropout: positions ({drawn}) must be at least x's {length}")
+    keep = jax.random.bernoulli(key, keep_rate, (drawn, x.shape[0], *x.shape[2:]))
+    keep = jnp.swapaxes(keep[:length], 0, 1)
   else:
     keep = jax.random.bernoulli(key, keep_rate, x.shape)
   return jnp.where(keep, x / keep_rate, 0.0)
+
+
+def next_rng_keys_in_order(num: int) -> list:
+  """The next `num` keys of Haiku's key sequence: what `num` calls of hk.next_rng_key give.
+
+  Haiku splits each key from the sequence's own (`key, subkey = split(key)`, its default
+  reserve of one key), a chain of small threefry programs, one while loop each: XLA
+  emits and optimises every one of them as a kernel of its own (about 50 KB of machine
+  code each). The same chain as one `lax.scan` gives the same keys, bit for bit, from one
+  kernel. Keys Haiku has already split come first, as next_rng_key would give them; the
+  sequence then continues after the last key returned.
+  """
+  state = hk.maybe_get_rng_sequence_state()
+  if state is None or num <= 0:
+    return [hk.next_rng_key() for _ in range(num)]  # Raises Haiku's own error without rng.
+  key, reserved = state
+  reserved = list(reserved)
+  keys, rest = reserved[:num], reserved[num:]
+  if len(keys) < num:
+    def split(key, _):
+      key, subkey = jax.random.split(key)
+      return key, subkey
+    key, subkeys = jax.lax.scan(split, key, None, length=num - len(keys))
+    keys += list(subkeys)
+  hk.replace_rng_sequence_state((key, tuple(rest)))
+  return keys
 
 
 # --------------------------------------------------------------------------
