@@ -27,6 +27,7 @@ from configs import latin_square
 from experiments.analysis import figures
 from experiments.storage import checkpoints as checkpoints_lib
 from experiments.storage import io_utils
+from experiments.storage import workdir as workdir_lib
 from experiments.training import data
 from experiments.training import evaluation
 from experiments.training import trained_run
@@ -322,9 +323,7 @@ def find_runs(sweep_dir: str | None = None, workdirs: Sequence[str] = (),
 
 # Settings runs of one label may differ in when they are merged: the seeds, and what
 # changes neither the models nor their evaluation (experiments.storage.workdir.NOT_IDENTITY).
-_MERGE_IGNORED = ("seed", "grid.seeds", "progress", "compilation_cache", "training.prefetch",
-                  "training.log_every", "training.checkpoint_every",
-                  "training.checkpoints_to_keep", "sweep")
+_MERGE_IGNORED = ("seed", "grid.seeds") + workdir_lib.NOT_IDENTITY
 
 
 def _flat(d: dict, prefix: str = "") -> dict:
