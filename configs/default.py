@@ -60,11 +60,6 @@ def get_config(arg=None):
   config.training.checkpoint_every = 10_000
   config.training.checkpoints_to_keep = 2
   config.training.prefetch = 4  # Batches generated ahead by a background thread.
-  # Training programs compiled ahead, beside the loop, for the batches the prefetcher
-  # has made: background threads (0: the loop compiles each when it reaches it). The
-  # same programs, so the same models; two compiles at a time on a 2-core CPU take
-  # about 0.8 of the time (experiments/training/steps.py, AheadCompiler).
-  config.training.compile_ahead = 1
   # Training programs: 0 compiles one per training length (the paper's exact shapes);
   # N > 0 pads each batch to one of at most N bucket sizes (the same loss and updates,
   # fewer compilations; experiments/training/data.py). 0 here because of the figures of

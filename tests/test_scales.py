@@ -24,9 +24,7 @@ EXPERIMENTS = ("table1", "table3", "table5", "figure2", "figure3", "su")
 SNAPSHOT = os.path.join(os.path.dirname(__file__), "data", "job_configs.json.gz")
 # Settings added to configs/default.py after the snapshot, at their neutral values.
 ADDED_SINCE_SNAPSHOT = {"training.lr_schedule": "constant", "training.lr_warmup_steps": 0,
-                        "training.lr_decay_steps": 0, "grid.layout": "vmap",
-                        # Speed only (workdir.NOT_IDENTITY): the same programs compiled sooner.
-                        "training.compile_ahead": 1}
+                        "training.lr_decay_steps": 0, "grid.layout": "vmap"}
 
 
 def _jobs(name, scale):

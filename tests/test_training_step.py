@@ -1,7 +1,5 @@
 """The training step as two programs (experiments.training.steps.TrainingStep): the
 gradients, one per batch shape, and the update, one per run."""
-import json
-
 import jax
 import numpy as np
 import pytest
@@ -73,41 +71,3 @@ def test_compiled_step_runs_both_programs_and_sums_their_costs():
   np.testing.assert_array_equal(metrics["loss"], metrics_again["loss"])
   # Calling the step found the compiled programs: nothing compiled again.
   assert (trainer.step.gradients.num_compiled, trainer.step.update.num_compiled) == (1, 1)
-
-
-def test_compiling_ahead_builds_each_offered_shape_once_in_the_background():
-  config = tiny_config()
-  task = tasks.get("reverse_string")
-  trainer = steps.build_trainer(config, task, jax.devices()[:1])
-  ahead = steps.AheadCompiler(trainer.step, trainer.state, trainer.seeds, workers=2)
-  batches = [data.make_batch(task, jax.random.PRNGKey(i), 4, n)
-             for i, n in enumerate((2, 3, 2, 4, 3))]
-  assert [ahead.offer(b) is b for b in batches] == [True] * 5
-  ahead.join()
-  ahead.close()
-  assert ahead.submitted == 3
-  assert (trainer.step.gradients.num_compiled, trainer.step.update.num_compiled) == (3, 0)
-  # The loop's step then finds its program compiled.
-  trainer.step(trainer.state, trainer.seeds, batches[0])
-  assert trainer.step.gradients.num_compiled == 3
-  off = steps.AheadCompiler(trainer.step, trainer.state, trainer.seeds, workers=0)
-  off.offer(data.make_batch(task, jax.random.PRNGKey(9), 4, 5))
-  off.close()
-  assert off.submitted == 0 and trainer.step.gradients.num_compiled == 3
-
-
-def test_a_run_compiling_ahead_trains_the_same_models(tmp_path):
-  from experiments.training import loop  # pylint: disable=import-outside-toplevel
-  runs = {}
-  for ahead in (0, 2):
-    # max_programs=0: a program per length (1..4), so that there is something to compile
-    # ahead while the first steps run.
-    config = tiny_config(steps=6, max_length=4, max_programs=0, compile_ahead=ahead)
-    runs[ahead] = loop.train_and_evaluate(config, str(tmp_path / f"ahead{ahead}"))
-    runs[ahead]["metrics"] = (tmp_path / f"ahead{ahead}" / "metrics.jsonl").read_text()
-  strip = lambda r: {k: v for k, v in r.items() if k not in ("train_seconds",  # pylint: disable=unnecessary-lambda-assignment
-                                                             "train_cpu_seconds", "metrics")}
-  assert strip(runs[0]) == strip(runs[2])
-  metrics = [[{k: v for k, v in json.loads(line).items() if k != "steps_per_second"}
-              for line in runs[a]["metrics"].splitlines()] for a in (0, 2)]
-  assert metrics[0] == metrics[1] and len(metrics[0]) == 3

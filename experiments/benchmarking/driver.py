@@ -6,11 +6,8 @@ today's tree or at a temporary worktree of a previous commit ("kind": "ours"), o
 original release google-deepmind/randomized_positional_encodings ("kind": "release"),
 and builds the training step of the same model (5 layers, d_model 64, 8 heads, dropout
 0.1), batch and lengths. Protocol (one JSON object per line on stdout, after a tag):
-  READY {"params", "compile_s", "programs", "threads", "flops": {length: FLOPs},
-         "bytes": {...}}
-      after compiling one program per length (ahead of time, "threads" at a time: as
-      many as a run of that code compiles at once, 1 + config.training.compile_ahead
-      where the code has it, else 1) and running each once;
+  READY {"params", "compile_s", "programs", "flops": {length: FLOPs}, "bytes": {...}}
+      after compiling one program per length (ahead of time) and running each once;
   then per line of stdin {"lengths": [...], "seed": r}: makes those batches (not timed),
       runs the steps and prints DONE {"seconds": s};
   ERROR {"error": "..."} (one line) when the code cannot be imported or built.
@@ -88,8 +85,6 @@ def ours():
     holder["state"] = state
     jax.block_until_ready(state)
 
-  # As many programs at a time as a run of this code compiles (steps.AheadCompiler).
-  compile_one.threads = 1 + int(config.training.get("compile_ahead", 0))
   return params, make, compile_one, run, lambda: jax.block_until_ready(holder["state"])
 
 
@@ -237,14 +232,8 @@ def main():
     return
   try:
     params, make, compile_one, run, sync = (ours if SPEC["kind"] == "ours" else release)()
-    threads = getattr(compile_one, "threads", 1)
     start = time.perf_counter()
-    if threads > 1:
-      from concurrent import futures  # pylint: disable=import-outside-toplevel
-      with futures.ThreadPoolExecutor(threads) as pool:
-        programs = dict(zip(LENGTHS, pool.map(compile_one, LENGTHS)))
-    else:
-      programs = {n: compile_one(n) for n in LENGTHS}
+    programs = {n: compile_one(n) for n in LENGTHS}
     compile_s = time.perf_counter() - start
     costs = {n: cost(p) for n, p in programs.items()}
     # A program's first execution is slower on CPU: run each once before timing.
@@ -253,7 +242,6 @@ def main():
     emit("ERROR", {"error": f"{type(error).__name__}: {error}".splitlines()[0][:300]})
     sys.exit(1)
   emit("READY", {"params": int(params), "compile_s": compile_s, "programs": len(programs),
-                 "threads": threads,
                  "flops": {n: c[0] for n, c in costs.items()},
                  "bytes": {n: c[1] for n, c in costs.items()}})
   for line in sys.stdin:

@@ -98,9 +98,8 @@ def _print_speed(r: dict, peak: float) -> None:
     base = f"today/{key.split('/', 1)[1]}"
     vs = "-" if base == key or base not in rows else "{:.2f}x / {:.2f}x".format(
         *_ratio(r, key, base))
-    at_a_time = f", {row['threads']} at a time" if row.get("threads", 1) > 1 else ""
     print(f"| {row['label']} | {malloc} | {row['params']:,} | {row['compile_s']:.0f} "
-          f"({row['programs']}{at_a_time}) | {row['steps_per_s']:.2f} | {vs} | "
+          f"({row['programs']}) | {row['steps_per_s']:.2f} | {vs} | "
           f"{row['flops_per_step'] / 1e9:.2f} | {row['gflops']:.1f} | "
           f"{row['gflops'] / peak:.0%} |", flush=True)
   for key, row in r.items():

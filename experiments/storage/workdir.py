@@ -30,7 +30,6 @@ NOT_IDENTITY = (
     "progress",  # Progress bars.
     "compilation_cache",  # Where compiled programs are kept.
     "training.prefetch",  # How many batches are generated ahead.
-    "training.compile_ahead",  # How many programs are compiled ahead (the same programs).
     "training.log_every",  # How often metrics are averaged and written.
     "training.checkpoint_every",  # How often the state is saved (resume is exact).
     "training.checkpoints_to_keep",

@@ -306,10 +306,7 @@ def _train_and_evaluate(config, source, model, workdir, store, devices) -> dict:
   num_models = trainer.num_models
   evaluator = evaluation.for_source(source, trainer.model, config,
                                     trainer.batch_sharding if num_models == 1 else None)
-  ahead = steps.AheadCompiler(trainer.step, trainer.state, trainer.seeds,
-                              t.compile_ahead)
-  prefetch = data.Prefetcher(source.batch, start, t.steps, t.prefetch,
-                             lambda batch: ahead.offer(trainer.place(batch)))
+  prefetch = data.Prefetcher(source.batch, start, t.steps, t.prefetch, trainer.place)
   bar = Progress(t.steps, start, f"{config.task} / {trainer.model.label}"
                  + (f" x {num_models} models" if num_models > 1 else ""), config.progress)
   in_flight = collections.deque()  # (step, metrics) dispatched, not yet known computed.
@@ -385,7 +382,6 @@ def _train_and_evaluate(config, source, model, workdir, store, devices) -> dict:
       stop_if_requested(step)
   finally:
     prefetch.close()
-    ahead.close()
     bar.close()
 
   def stop_during_evaluation():

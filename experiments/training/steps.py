@@ -382,61 +382,6 @@ class TrainingStep:
     return _Lowered(lambda: self.compile(state, seeds, batch))
 
 
-class AheadCompiler:
-  """Compiles a run's gradient programs for batch shapes before the loop reaches them.
-
-  The loop offers each batch as the prefetcher makes it (a few steps ahead); a batch of
-  a shape not offered before is compiled by `workers` background threads while the loop
-  runs (or compiles) the steps before it. XLA's compiler spreads one program's work
-  over a 2-core CPU only in part, so two programs at a time take about 0.8 of the time of
-  one after another (docs/benchmark.md), and the first steps of a run, which meet a new
-  length almost every step, wait less. The programs are the ones the loop would compile
-  (`compile_cache.Program` builds each signature once, whichever thread asks first): the
-  trained models are the same, bit for bit.
-
-  `state` only gives the programs' signature (shapes, types, placement): lowering reads
-  no values, so the loop may donate it meanwhile. A compile that fails here is left to
-  the loop, which compiles the same program again and raises there.
-  """
-
-  def __init__(self, step: "TrainingStep", state, seeds, workers: int):
-    from concurrent import futures  # pylint: disable=import-outside-toplevel
-    self._step, self._state, self._seeds = step, state, seeds
-    self._pool = (futures.ThreadPoolExecutor(workers, thread_name_prefix="compile ahead")
-                  if workers > 0 else None)
-    self._offered: set = set()
-    self._futures: list = []
-    self.submitted = 0
-
-  def offer(self, batch):
-    """Starts compiling for `batch`'s shape if none was offered before; returns `batch`."""
-    if self._pool is not None:
-      shape = tuple((np.shape(x), np.result_type(x).str)
-                    for x in jax.tree_util.tree_leaves(batch))
-      if shape not in self._offered:
-        self._offered.add(shape)
-        self.submitted += 1
-        self._futures.append(self._pool.submit(self._compile, batch))
-    return batch
-
-  def join(self):
-    """Waits until every compile offered so far has finished."""
-    for future in list(self._futures):
-      future.result()
-
-  def _compile(self, batch):
-    try:
-      self._step.gradients.compile(self._state, self._seeds, batch)
-    except Exception:  # pylint: disable=broad-except
-      pass  # The loop compiles this program itself and reports the error there.
-
-  def close(self):
-    """Drops the compiles not started and waits for those running (a daemon thread still
-    inside XLA when the interpreter exits would abort the process)."""
-    if self._pool is not None:
-      self._pool.shutdown(wait=True, cancel_futures=True)
-
-
 @dataclasses.dataclass(frozen=True)
 class _Lowered:
   compile: Callable

@@ -74,7 +74,6 @@ RULES = {
     # At least 1: with none kept a killed run would start again from step 0.
     "training.checkpoints_to_keep": at_least(1),
     "training.prefetch": at_least(0),
-    "training.compile_ahead": at_least(0),  # 0: no compiling ahead.
     "training.max_programs": at_least(0),  # 0: one program per training length.
     "evaluation.batch_size": at_least(1),
     "evaluation.seed": int32(),
