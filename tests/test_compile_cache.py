@@ -289,3 +289,20 @@ def test_a_program_jax_loaded_from_its_own_cache_is_not_kept(executables, tmp_pa
   finally:
     # Back to the suite's settings (tests/conftest.py): JAX's cache only, in its folder.
     compile_cache.enable(suite_folder, min_compile_seconds=0.2, executables=False)
+
+
+def test_programs_compile_with_the_platforms_options_unless_xla_flags_name_them(monkeypatch):
+  assert compile_cache.compiler_options({}) == compile_cache.COMPILER_OPTIONS.get(
+      jax.default_backend(), {})
+  if jax.default_backend() == "cpu":
+    assert compile_cache.compiler_options({}) == {"xla_backend_optimization_level": 1}
+  for name in compile_cache.compiler_options({}):
+    assert name not in compile_cache.compiler_options({"XLA_FLAGS": f"--{name}=2 --x=1"})
+  seen = []
+  compile_ = jax.stages.Lowered.compile
+  monkeypatch.setattr(jax.stages.Lowered, "compile",
+                      lambda self, options=None, **kw: seen.append(options)
+                      or compile_(self, options, **kw))
+  program = compile_cache.Program(lambda x: x * 3 + 1, "options test")
+  np.testing.assert_array_equal(program(jnp.arange(4.0)), [1.0, 4.0, 7.0, 10.0])
+  assert seen == [compile_cache.compiler_options() or None]

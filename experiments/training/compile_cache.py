@@ -62,6 +62,22 @@ MIN_COMPILE_SECONDS = 0.0
 
 EXECUTABLES = "executables"  # Subfolder of the cache folder with whole executables.
 
+# XLA options every `Program` is compiled with, per platform. On a CPU, LLVM's
+# optimisation level 1 instead of 2: the training and evaluation programs of the paper's
+# model compile in about 0.8 of the time with steps as fast and, for that model, the
+# same parameters bit for bit; other models may differ in the last bits (float
+# rounding, as between two CPUs). Figures: docs/benchmark.md, "LLVM's level 1".
+# XLA_FLAGS naming an option keeps the user's value.
+COMPILER_OPTIONS = {"cpu": {"xla_backend_optimization_level": 1}}
+
+
+def compiler_options(environ: Mapping[str, str] = os.environ) -> dict:
+  """The options of `COMPILER_OPTIONS` for JAX's default backend that XLA_FLAGS does not
+  set itself."""
+  flags = environ.get("XLA_FLAGS", "")
+  return {name: value for name, value in COMPILER_OPTIONS.get(jax.default_backend(), {}).items()
+          if f"--{name}=" not in flags}
+
 _events: collections.Counter = collections.Counter()
 _listening = False
 _folder: Optional[str] = None
@@ -224,6 +240,7 @@ def _environment() -> dict:
   return {"source": _source_digest(), "libraries": versions, "python": sys.version,
           "flags": {f: str(getattr(jax.config, f, None)) for f in _TRACE_FLAGS},
           "xla_flags": os.environ.get("XLA_FLAGS", ""),
+          "compiler_options": compiler_options(),
           "devices": [devices[0].platform, devices[0].client.platform_version,
                       [d.device_kind for d in devices], jax.process_count()]}
 
@@ -320,7 +337,7 @@ class Program:
         print(f"compilation cache: could not load {path} ({type(error).__name__}: "
               f"{error}); compiling instead", file=sys.stderr)
     hits = _events["cache_hits"]
-    compiled = self._jitted.lower(*args).compile()
+    compiled = self._jitted.lower(*args).compile(compiler_options() or None)
     # Only an executable XLA compiled here is written: one that JAX loaded from its own
     # cache serializes incompletely with jaxlib 0.10.2 (loading it later fails with
     # "Function convert_bitcast_fusion.1 not found"); such a program keeps coming from
