@@ -193,9 +193,9 @@ def count_step_traces(monkeypatch) -> list:
   def counting(*args, **kwargs):
     step = original(*args, **kwargs)
 
-    def wrapped(state, batch):
+    def wrapped(state, keys, batch):
       traces.append(batch["tokens"].shape)
-      return step(state, batch)
+      return step(state, keys, batch)
     return wrapped
 
   monkeypatch.setattr(steps, "make_gradient_step", counting)

@@ -1,5 +1,5 @@
-"""The training step as two programs (experiments.training.steps.TrainingStep): the
-gradients, one per batch shape, and the update, one per run."""
+"""The training step as three programs (experiments.training.steps.TrainingStep): the
+step's keys and the update, one each per run, and the gradients, one per batch shape."""
 import jax
 import numpy as np
 import pytest
@@ -45,29 +45,45 @@ def test_two_programs_train_the_one_program_steps_models(layout):
                                atol=1e-5 * moved, rtol=0)
   np.testing.assert_array_equal(split.step, [3, 3])
   np.testing.assert_array_equal(split.nonfinite, [False, False])
-  # Two batch shapes: two gradient programs and one update for both.
-  assert (trainer.step.gradients.num_compiled, trainer.step.update.num_compiled) == (2, 1)
+  # Two batch shapes: two gradient programs, and one update and one keys program for both.
+  assert _compiled(trainer.step) == (1, 2, 1)
 
 
-def test_compiled_step_runs_both_programs_and_sums_their_costs():
+def _compiled(step):
+  return tuple(p.num_compiled for p in (step.keys, step.gradients, step.update))
+
+
+def test_the_keys_program_gives_the_keys_of_the_one_program_step():
+  seeds, step_numbers = jax.numpy.array([0, 7, 2**31 - 1]), jax.numpy.array([0, 1, 12345])
+  keys, _, _ = steps.make_grid_programs(None, None, "vmap")
+  want = np.stack([np.asarray(jax.random.split(jax.random.fold_in(jax.random.fold_in(
+      jax.random.PRNGKey(s), steps._MODEL), n))) for s, n in zip([0, 7, 2**31 - 1],
+                                                                   [0, 1, 12345])])
+  np.testing.assert_array_equal(jax.jit(keys)(step_numbers, seeds), want)
+  assert len(np.unique(want.reshape(-1, 2), axis=0)) == 6
+
+
+def test_compiled_step_runs_its_programs_and_sums_their_costs():
   config = tiny_config()
   task = tasks.get("reverse_string")
   trainer = steps.build_trainer(config, task, jax.devices()[:1])
   batch = data.make_batch(task, jax.random.PRNGKey(0), 8, 3)
   compiled = trainer.step.lower(trainer.state, trainer.seeds, batch).compile()
-  assert (trainer.step.gradients.num_compiled, trainer.step.update.num_compiled) == (1, 1)
+  assert _compiled(trainer.step) == (1, 1, 1)
 
   def flops(program):
     cost = program.cost_analysis()
     return (cost[0] if isinstance(cost, (list, tuple)) else cost)["flops"]
 
-  gradients, update = flops(compiled.gradients), flops(compiled.update)
+  keys, gradients, update = (flops(compiled.keys), flops(compiled.gradients),
+                             flops(compiled.update))
   assert gradients > 10 * update > 0  # The update is elementwise, the gradients are not.
-  assert compiled.cost_analysis()["flops"] == pytest.approx(gradients + update, rel=1e-6)
+  assert compiled.cost_analysis()["flops"] == pytest.approx(keys + gradients + update,
+                                                            rel=1e-6)
   reference = _copy(trainer.state)
   state, metrics = compiled(trainer.state, trainer.seeds, batch)
   again, metrics_again = trainer.step(reference, trainer.seeds, batch)
   np.testing.assert_array_equal(_flat(state.params), _flat(again.params))
   np.testing.assert_array_equal(metrics["loss"], metrics_again["loss"])
   # Calling the step found the compiled programs: nothing compiled again.
-  assert (trainer.step.gradients.num_compiled, trainer.step.update.num_compiled) == (1, 1)
+  assert _compiled(trainer.step) == (1, 1, 1)

@@ -233,16 +233,24 @@ def loss_and_accuracy(model, params, key, batch, positions, is_training=True):
   return loss, jnp.sum(correct) / jnp.maximum(jnp.sum(batch["mask"] & valid), 1)
 
 
-def make_gradient_step(model, seed):
-  """Returns the pure gradients(state, batch) -> (grads, metrics); `seed` may be traced.
+def model_keys(seed, step):
+  """The keys of a model's step, [2, 2]: (positions, dropout) = split(fold_in(fold_in(
+  PRNGKey(seed), _MODEL), step)); `seed` and `step` may be traced. They do not depend on
+  the batch's shape, so a run compiles them once (`TrainingStep`)."""
+  key = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(seed), _MODEL), step)
+  return jax.random.split(key)
+
+
+def make_gradient_step(model):
+  """Returns the pure gradients(state, keys, batch) -> (grads, metrics), `keys` the step's
+  `model_keys`.
 
   One program serves every batch of one padded shape: positions are drawn for the
   batch's true length (the padded draw's prefix is the unpadded draw).
   """
 
-  def gradients(state: TrainState, batch):
-    key = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(seed), _MODEL), state.step)
-    pos_key, dropout_key = jax.random.split(key)
+  def gradients(state: TrainState, keys, batch):
+    pos_key, dropout_key = keys
     positions = model.sample_positions(pos_key, batch["sequence_length"][0],
                                        padded_length=batch["tokens"].shape[1])
 
@@ -272,10 +280,10 @@ def make_update(optimizer):
 def make_train_step(model, optimizer, seed):
   """Returns the pure train_step(state, batch) -> (state, metrics), gradients and update
   in one function; `seed` may be traced. (`Trainer.step` runs the two as two programs.)"""
-  gradients, update = make_gradient_step(model, seed), make_update(optimizer)
+  gradients, update = make_gradient_step(model), make_update(optimizer)
 
   def train_step(state: TrainState, batch):
-    grads, metrics = gradients(state, batch)
+    grads, metrics = gradients(state, model_keys(seed, state.step), batch)
     return update(state, grads, metrics), metrics
 
   return train_step
@@ -326,56 +334,70 @@ def make_grid_step(model, optimizer, layout: str = members_lib.DEFAULT):
 
 
 def make_grid_programs(model, optimizer, layout: str = members_lib.DEFAULT):
-  """(grid_gradients, grid_update): `make_grid_step` in two parts, lifted over the grid's
-  models as `layout` runs them.
+  """(grid_keys, grid_gradients, grid_update): `make_grid_step` in three parts, lifted
+  over the grid's models as `layout` runs them.
 
-  grid_gradients(states [M], seeds [M], batch) -> (grads [M], metrics [M]) depends on the
-  batch's shape; grid_update(states [M], grads [M], metrics [M]) -> states does not, so a
-  run compiles it once where it compiles the gradients once per training shape.
+  grid_keys(steps [M], seeds [M]) -> keys [M, 2, 2] (`model_keys`) and grid_update(states
+  [M], grads [M], metrics [M]) -> states do not depend on the batch's shape, so a run
+  compiles each once; grid_gradients(states [M], keys [M], batch) -> (grads [M], metrics
+  [M]) once per training shape.
   """
 
-  def grid_gradients(states, seeds, batch):
-    return make_gradient_step(model, seeds)(states, batch)
+  def grid_keys(steps, seeds):
+    return model_keys(seeds, steps)
+
+  def grid_gradients(states, keys, batch):
+    return make_gradient_step(model)(states, keys, batch)
 
   def grid_update(states, grads, metrics):
     return make_update(optimizer)(states, grads, metrics)
 
-  return (members_lib.over_members(grid_gradients, layout, in_axes=(0, 0, None)),
+  return (members_lib.over_members(grid_keys, layout, in_axes=(0, 0)),
+          members_lib.over_members(grid_gradients, layout, in_axes=(0, 0, None)),
           members_lib.over_members(grid_update, layout, in_axes=(0, 0, 0)))
 
 
+def _placeholders(compiled):
+  """Zeros shaped and placed as a compiled program's outputs: the arguments of the next
+  program's signature, to compile it without running the first."""
+  return jax.tree_util.tree_map(
+      lambda info: jax.device_put(jnp.zeros(info.shape, info.dtype), info.sharding),
+      compiled.out_info)
+
+
 class TrainingStep:
-  """The grid step as two programs: the gradients (one per batch shape) and the update
-  (one per run: the optimizer's step does not depend on the batch's shape).
+  """The grid step as three programs: the step's keys and the update (Adam, the
+  non-finite flag), one each per run since neither depends on the batch's shape, and the
+  gradients, one per batch shape.
 
   On a CPU the update is about a fifth of a training program's compile time at the
-  paper's model (docs/benchmark.md), so a run of 40 training lengths compiles it once
-  instead of 40 times. The two programs give the models of the one-program step to
-  within float rounding (XLA fuses and orders some operations otherwise; about 1e-5
-  after a few Adam steps), so the split is part of how a run computes, not of its
-  settings.
+  paper's model and the keys' small random-bit loops a few percent (docs/benchmark.md),
+  so a run of 40 training lengths compiles them once instead of 40 times. The keys are
+  the same bits wherever they are computed; the update in a program of its own gives the
+  one-program step's models to within float rounding (XLA fuses and orders some
+  operations otherwise; about 1e-5 after a few Adam steps), so the split is part of how a
+  run computes, not of its settings.
 
   Call it as the one-program step: step(state, seeds, batch) -> (state, metrics), the
   state donated; `compile` and `lower(...).compile()` give a `CompiledStep`.
   """
 
-  def __init__(self, gradients: compile_cache.Program, update: compile_cache.Program):
+  def __init__(self, keys: compile_cache.Program, gradients: compile_cache.Program,
+               update: compile_cache.Program):
+    self.keys = keys
     self.gradients = gradients
     self.update = update
 
   def __call__(self, state, seeds, batch):
-    grads, metrics = self.gradients(state, seeds, batch)
-    return self.update(state, grads, metrics), metrics
+    return _run_step(self.keys, self.gradients, self.update, state, seeds, batch)
 
   def compile(self, state, seeds, batch) -> "CompiledStep":
-    """Both programs compiled (or loaded) for these arguments, without running a step."""
-    gradients = self.gradients.compile(state, seeds, batch)
-    # Arguments of the update's signature: zeros shaped and placed as the gradients'
-    # outputs (the update is compiled once; later shapes find it).
-    grads, metrics = jax.tree_util.tree_map(
-        lambda info: jax.device_put(jnp.zeros(info.shape, info.dtype), info.sharding),
-        gradients.out_info)
-    return CompiledStep(gradients, self.update.compile(state, grads, metrics))
+    """The three programs compiled (or loaded) for these arguments, without running a step
+    (the keys and the update are compiled once; later shapes find them)."""
+    keys = self.keys.compile(state.step, seeds)
+    gradients = self.gradients.compile(state, _placeholders(keys), batch)
+    update = self.update.compile(state, *_placeholders(gradients))
+    return CompiledStep(keys, gradients, update)
 
   def lower(self, state, seeds, batch):
     """An object whose `compile()` is `compile(state, seeds, batch)` (as jax.jit's lower)."""
@@ -387,24 +409,29 @@ class _Lowered:
   compile: Callable
 
 
+def _run_step(keys, gradients, update, state, seeds, batch):
+  grads, metrics = gradients(state, keys(state.step, seeds), batch)
+  return update(state, grads, metrics), metrics
+
+
 @dataclasses.dataclass(frozen=True)
 class CompiledStep:
   """A `TrainingStep` compiled for one batch shape: callable as the step, with XLA's
-  cost analysis of the two programs summed."""
+  cost analysis of its programs summed."""
+  keys: Any
   gradients: Any
   update: Any
 
   def __call__(self, state, seeds, batch):
-    grads, metrics = self.gradients(state, seeds, batch)
-    return self.update(state, grads, metrics), metrics
+    return _run_step(self.keys, self.gradients, self.update, state, seeds, batch)
 
   def as_text(self) -> str:
-    """Both programs' optimised HLO, the gradients' first (for profiles that read it)."""
-    return self.gradients.as_text() + "\n" + self.update.as_text()
+    """The programs' optimised HLO, the gradients' first (for profiles that read it)."""
+    return "\n".join(p.as_text() for p in (self.gradients, self.keys, self.update))
 
   def cost_analysis(self) -> dict:
     total: dict = {}
-    for program in (self.gradients, self.update):
+    for program in (self.keys, self.gradients, self.update):
       cost = program.cost_analysis()
       cost = cost[0] if isinstance(cost, (list, tuple)) else cost
       for name, value in (cost or {}).items():
@@ -485,8 +512,9 @@ def build_trainer(config: ml_collections.ConfigDict, task, devices=None,
   if state_sharding is not None:
     state = jax.device_put(state, state_sharding)
     seeds = jax.device_put(seeds, seeds_sharding)
-  gradients, update = make_grid_programs(model, optimizer_for(model, config), layout)
-  step = TrainingStep(compile_cache.Program(gradients, "grid_gradients", key),
+  keys, gradients, update = make_grid_programs(model, optimizer_for(model, config), layout)
+  step = TrainingStep(compile_cache.Program(keys, "grid_keys", key),
+                      compile_cache.Program(gradients, "grid_gradients", key),
                       compile_cache.Program(update, "grid_update", key, donate_argnums=(0,)))
   place = ((lambda b: jax.device_put(b, batch_sharding)) if batch_sharding is not None
            else (lambda b: b))
