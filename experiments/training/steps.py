@@ -279,7 +279,8 @@ def make_update(optimizer):
 
 def make_train_step(model, optimizer, seed):
   """Returns the pure train_step(state, batch) -> (state, metrics), gradients and update
-  in one function; `seed` may be traced. (`Trainer.step` runs the two as two programs.)"""
+  in one function; `seed` may be traced. (`Trainer.step` runs them as three programs:
+  `TrainingStep`.)"""
   gradients, update = make_gradient_step(model), make_update(optimizer)
 
   def train_step(state: TrainState, batch):
