@@ -1,6 +1,7 @@
 """grid.layout (experiments/training/members.py): the loop layout trains each model of a
 grid bitwise as it trains alone, and stays within float rounding of the vmap layout."""
 import jax
+import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -47,6 +48,43 @@ def test_loop_member_is_bitwise_the_model_trained_alone(grids):
   _, trained, _ = grids["loop"]
   _, alone, _ = _train((1,), "loop")
   assert _max_diff(_member(trained, 1), _member(alone, 0)) == 0.0
+
+
+def test_a_one_model_grid_runs_the_model_alone_under_either_layout(grids):
+  # One model has nothing to lay out: vmap and loop give it the same program, bitwise
+  # what the loop grid's member gets (before, vmap batched it over an axis of size 1).
+  _, trained, _ = grids["loop"]
+  _, vmap_alone, _ = _train((1,), "vmap")
+  _, loop_alone, _ = _train((1,), "loop")
+  assert _max_diff(vmap_alone, loop_alone) == 0.0
+  assert _max_diff(_member(trained, 1), _member(vmap_alone, 0)) == 0.0
+
+
+def _dot_batch_dims(fn, *args):
+  """The batch dimensions of every matrix product in fn's program (nested ones too)."""
+  found = []
+
+  def walk(jaxpr):
+    for eqn in jaxpr.eqns:
+      if eqn.primitive.name == "dot_general":
+        found.append(tuple(eqn.params["dimension_numbers"][1][0]))
+      for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+        walk(sub)
+
+  walk(jax.make_jaxpr(fn)(*args).jaxpr)
+  return found
+
+
+@pytest.mark.parametrize("layout", list(members.LAYOUTS))
+def test_one_model_runs_unbatched_products_and_gets_the_models_axis_back(layout):
+  lifted = members.over_members(lambda a, b: {"ab": a @ b, "sum": a.sum()}, layout, (0, 0))
+  one = (jnp.ones((1, 4, 3)), jnp.ones((1, 3, 2)))
+  assert _dot_batch_dims(lifted, *one) == [()]  # The model's own product, no models axis.
+  out = lifted(*one)
+  assert out["ab"].shape == (1, 4, 2) and out["sum"].shape == (1,)
+  np.testing.assert_array_equal(out["ab"], np.full((1, 4, 2), 3.0))
+  if layout == "vmap":  # Two models: one product batched over the models axis.
+    assert _dot_batch_dims(lifted, jnp.ones((2, 4, 3)), jnp.ones((2, 3, 2))) == [(0,)]
 
 
 def test_layouts_start_equal_and_stay_within_rounding(grids):

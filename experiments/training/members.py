@@ -11,12 +11,14 @@ is lifted over that axis by the layout:
 
 Both give the same models to within float rounding (about 1e-6 after a step: XLA orders
 the sums of a batched product otherwise), so the layout is part of a run's identity; a
-`loop` grid's model is bitwise that model trained alone with `loop`. On a 2-core CPU the
+`loop` grid's model is bitwise that model trained alone. A grid of one model runs the
+model's own program under either layout (`over_members`). On a 2-core CPU the
 loop trains a grid 1.1-1.4x faster than `vmap` (within 4-8% of one model's rate): XLA's
 CPU kernels run a batched product of M small matrices slower than M products one after
 another (docs/benchmark.md, "Grids").
 """
 import dataclasses
+import functools
 from typing import Callable, Sequence
 
 import jax
@@ -72,7 +74,41 @@ def of(config) -> str:
   return check(config.grid.get("layout", DEFAULT))
 
 
+def _alone(fn: Callable, in_axes: Sequence) -> Callable:
+  """fn run on the one model of a models axis of size 1: the model's own program, its
+  outputs given the axis back."""
+
+  def one(*args):
+    args = [jax.tree_util.tree_map(lambda x: x[0], a) if axis == 0 else a
+            for a, axis in zip(args, in_axes)]
+    return jax.tree_util.tree_map(lambda y: y[None], fn(*args))
+
+  return one
+
+
+def _num_models(args, in_axes: Sequence) -> int:
+  """The (static) size of the models axis: the leading size of the mapped arguments."""
+  leaves = [x for a, axis in zip(args, in_axes) if axis == 0 for x in jax.tree_util.tree_leaves(a)]
+  return leaves[0].shape[0] if leaves else 0
+
+
 def over_members(fn: Callable, layout: str, in_axes: Sequence) -> Callable:
   """`fn` (one model's function) lifted over the models axis of the arguments whose
-  `in_axes` entry is 0 (None: shared by every model), as `layout` runs a grid."""
-  return LAYOUTS[check(layout)].lift(fn, in_axes)
+  `in_axes` entry is 0 (None: shared by every model), as `layout` runs a grid.
+
+  A grid of one model has nothing to lay out: under either layout it runs the model's own
+  program (`_alone`), the program `loop` runs for each of its models, so a one-model
+  `vmap` grid is bitwise the one-model `loop` grid. (Until 28 Nov 2026 a one-model `vmap`
+  grid ran every operation batched over a models axis of size 1: the same model to within
+  float rounding, with programs that compiled up to a quarter slower at the paper's
+  lengths; docs/benchmark.md.)
+  """
+  in_axes = tuple(in_axes)
+  lifted, alone = LAYOUTS[check(layout)].lift(fn, in_axes), _alone(fn, in_axes)
+  leading = all(axis in (0, None) for axis in in_axes)
+
+  @functools.wraps(fn)  # Programs keep the model function's name (profiles read it).
+  def run(*args):
+    return alone(*args) if leading and _num_models(args, in_axes) == 1 else lifted(*args)
+
+  return run
