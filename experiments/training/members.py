@@ -88,8 +88,8 @@ def _alone(fn: Callable, in_axes: Sequence) -> Callable:
 
 def _num_models(args, in_axes: Sequence) -> int:
   """The (static) size of the models axis: the leading size of the mapped arguments."""
-  leaves = [x for a, axis in zip(args, in_axes) if axis == 0 for x in jax.tree_util.tree_leaves(a)]
-  return leaves[0].shape[0] if leaves else 0
+  return next((x.shape[0] for a, axis in zip(args, in_axes) if axis == 0
+               for x in jax.tree_util.tree_leaves(a)), 0)
 
 
 def over_members(fn: Callable, layout: str, in_axes: Sequence) -> Callable:
