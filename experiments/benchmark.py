@@ -19,11 +19,15 @@ Sections:
          then --steps steps each on the same uniformly drawn lengths, in rounds of
          --train_round that alternate between them. Ratios are to today's code with the
          same malloc (total time and median of the rounds' ratios); FLOPs per step from
-         each program's cost analysis give GFLOP/s and the fraction of this CPU's float32
+         each length's cost analysis (of the step traced with attention in one piece:
+         XLA counts a loop's body once, so a chunked program's own analysis counts one
+         chunk) give GFLOP/s and the fraction of this CPU's float32
          matmul throughput measured at the start of the section. Part `limit`: FLOPs of
          the compiled step (XLA's cost analysis), steps/s and the achieved fraction for
          the paper model at fixed lengths (--limit_lengths=20,40) and the CPU protocol's
          model (configs/scales.py `apply_cpu`, lengths 1..12, batch 128; 1 and 3 models).
+         --attention_free_bound adds a participant to `speed`: today's step with
+         attention's core replaced by a pass-through, the bound on any attention kernel.
   eval:  the paper model's evaluation (randomized_relative, batch 500, its max_buckets
          and max_logits) of lengths 41..100 (--eval_lengths), today's code beside
          --baseline_commit, each in its own process, --eval_rounds alternating rounds
@@ -157,6 +161,11 @@ _TRAIN_MALLOC = flags.DEFINE_list("train_malloc", ["on", "off"], "train: huge-pa
                                   "malloc settings timed (on, off), each a subprocess.")
 _TRAIN_ROUND = flags.DEFINE_integer("train_round", 25, "train: steps per code version and "
                                     "round (the rounds alternate between them).")
+_ATTENTION_FREE_BOUND = flags.DEFINE_bool(
+    "attention_free_bound", False, "train, part speed: also time today's step with "
+    "attention's core (logits, encoding, softmax, weighted sum) replaced by a pass-through "
+    "(experiments/benchmarking/driver.py `attention_free`): not a model, the bound on what "
+    "any attention kernel could make of the step.")
 _TRAIN_PARTS = flags.DEFINE_list("train_parts", ["speed", "limit"], "Parts of train: "
                                  "speed (the comparison), limit (FLOPs and achieved fraction).")
 _RELEASE_SEMANTICS = flags.DEFINE_bool(
@@ -208,6 +217,7 @@ def main(argv):
           round_steps=_TRAIN_ROUND.value, malloc=_TRAIN_MALLOC.value,
           baseline_commit=_BASELINE_COMMIT.value, release_path=_RELEASE_PATH.value,
           release_python=_RELEASE_PYTHON.value, release_semantics=_RELEASE_SEMANTICS.value,
+          attention_free_bound=_ATTENTION_FREE_BOUND.value,
           limit_encodings=_LIMIT_ENCODINGS.value, limit_lengths=_LIMIT_LENGTHS.value,
           limit_steps=_LIMIT_STEPS.value, limit_profile_steps=_LIMIT_PROFILE_STEPS.value),
       "grid": lambda: model_speed.bench_grid(_GRID_LENGTH.value, _STEPS.value,

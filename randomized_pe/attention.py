@@ -63,24 +63,47 @@ CPU_CHUNK_ELEMENTS = 700_000
 # 25, 50 and 125 (docs/benchmark.md, "Evaluation (item 6)").
 FORWARD_ONLY_ROWS_PER_HEAD_DIM = 2
 
-_FORWARD_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "randomized_pe_attention_forward_only", default=False)
+# How `default_chunk_rows` picks chunks on CPU while a program is traced: "training"
+# (the default), "forward_only" (`forward_only_chunks`) or "whole_batch"
+# (`whole_batch_chunks`).
+_CHUNKS: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "randomized_pe_attention_chunks", default="training")
 
 
 @contextlib.contextmanager
-def forward_only_chunks(on: bool = True) -> Iterator[None]:
+def _chunks(mode: str) -> Iterator[None]:
+  token = _CHUNKS.set(mode)
+  try:
+    yield
+  finally:
+    _CHUNKS.reset(token)
+
+
+def forward_only_chunks(on: bool = True) -> contextlib.AbstractContextManager:
   """Within the block, attention on CPU picks forward-only chunks (`default_chunk_rows`).
 
   For programs without a backward pass (evaluation). Chunk sizes are decided while a
   program is traced, so the block must enclose the tracing (the body of a jitted
   function), not the call of a compiled program. on=False restores training's chunks. An
-  explicit `chunk_rows` (a model's `attention_chunk_rows`) is not affected.
+  explicit `chunk_rows` (a model's `attention_chunk_rows`) is not affected. Inside
+  `whole_batch_chunks` it changes nothing (costing wins).
   """
-  token = _FORWARD_ONLY.set(bool(on))
-  try:
-    yield
-  finally:
-    _FORWARD_ONLY.reset(token)
+  if _CHUNKS.get() == "whole_batch":
+    return contextlib.nullcontext()
+  return _chunks("forward_only" if on else "training")
+
+
+def whole_batch_chunks() -> contextlib.AbstractContextManager:
+  """Within the block, attention takes the whole batch in one chunk on every backend.
+
+  For costing a program rather than running it: XLA's cost analysis counts a loop's body
+  once, so a program traced with chunks reports one chunk's attention, not all of them
+  (the paper model's step at length 40: 15.6 GFLOP chunked, 19.8 GFLOP in one piece). The
+  same function in one piece gives its arithmetic. As `forward_only_chunks`, the block
+  must enclose the tracing, and an explicit `chunk_rows` is not affected; a
+  `forward_only_chunks` block inside it (evaluation's programs) does not undo it.
+  """
+  return _chunks("whole_batch")
 
 
 
@@ -167,7 +190,8 @@ def attention_logits(q: jax.Array, k: jax.Array, score_fn: ScoreFn = dot_scores,
 def default_chunk_rows(batch: int, heads: int, q_len: int, k_len: int,
                        backend: Optional[str] = None, head_size: Optional[int] = None,
                        forward_only: Optional[bool] = None) -> int:
-  """Rows per chunk: the whole batch off CPU; on CPU rows whose logits fit CPU_CHUNK_ELEMENTS.
+  """Rows per chunk: the whole batch off CPU (and in `whole_batch_chunks`); on CPU rows
+  whose logits fit CPU_CHUNK_ELEMENTS.
 
   Forward-only chunks (forward_only, default: inside `forward_only_chunks`) have at
   least FORWARD_ONLY_ROWS_PER_HEAD_DIM * head_size rows (no floor without head_size).
@@ -176,11 +200,11 @@ def default_chunk_rows(batch: int, heads: int, q_len: int, k_len: int,
   padding to 512.
   """
   backend = backend or jax.default_backend()
-  if backend != "cpu":
+  if backend != "cpu" or _CHUNKS.get() == "whole_batch":
     return batch
   ideal = max(1, CPU_CHUNK_ELEMENTS // (heads * q_len * k_len))
   if forward_only is None:
-    forward_only = _FORWARD_ONLY.get()
+    forward_only = _CHUNKS.get() == "forward_only"
   if forward_only and head_size:
     ideal = max(ideal, FORWARD_ONLY_ROWS_PER_HEAD_DIM * head_size)
   if ideal >= batch:

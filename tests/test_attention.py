@@ -84,6 +84,43 @@ def test_default_chunk_rows():
       assert 1 <= rows <= batch and padded - batch < rows
 
 
+def _flops(fn, *args) -> float:
+  cost = jax.jit(fn).lower(*args).compile().cost_analysis()
+  return float((cost[0] if isinstance(cost, (list, tuple)) else cost)["flops"])
+
+
+def test_whole_batch_chunks_count_the_arithmetic_of_every_row():
+  """XLA's cost analysis counts a loop's body once: a program traced in chunks reports
+  one chunk's attention. Traced within whole_batch_chunks, the same call is one piece
+  and costs what the whole batch costs, with a backward pass too."""
+  q, k, v, _ = _inputs(8, 6, heads=2, head_size=4)
+  whole = lambda *a: attention.attention(*a, chunk_rows=8)
+  chunked = lambda *a: attention.attention(*a, chunk_rows=2)  # Explicit: not affected.
+  assert _flops(chunked, q, k, v) < 0.5 * _flops(whole, q, k, v)  # 1 chunk of 4 counted.
+
+  def grads(fn):
+    return lambda q, k, v: jax.grad(lambda *a: jnp.sum(jnp.sin(fn(*a))), (0, 1, 2))(q, k, v)
+
+  # A batch whose logits exceed CPU_CHUNK_ELEMENTS gets chunks by default on CPU.
+  big = _inputs(4, 300, heads=8, head_size=2)[:3]
+  by_default = lambda *a: attention.attention(*a, chunk_rows=None)
+  rows = attention.default_chunk_rows(4, 8, 300, 300, backend="cpu")
+  assert rows < 4
+  if jax.default_backend() == "cpu":
+    with attention.whole_batch_chunks():
+      assert attention.default_chunk_rows(4, 8, 300, 300) == 4
+      one_piece = _flops(grads(by_default), *big)
+    assert attention.default_chunk_rows(4, 8, 300, 300) == rows  # Scoped.
+    assert one_piece == _flops(grads(lambda *a: attention.attention(*a, chunk_rows=4)), *big)
+    assert _flops(grads(by_default), *big) < 0.7 * one_piece
+  with attention.whole_batch_chunks():
+    assert attention.default_chunk_rows(4, 8, 300, 300, backend="cpu") == 4
+    with attention.forward_only_chunks():  # Evaluation's programs: costing wins.
+      assert attention.default_chunk_rows(4, 8, 300, 300, backend="cpu") == 4
+  with attention.forward_only_chunks():
+    assert attention.default_chunk_rows(4, 8, 300, 300, backend="cpu") == rows
+
+
 def test_invalid_chunk_rows():
   q, k, v, _ = _inputs(2, 3)
   with pytest.raises(ValueError, match="chunk_rows must be >= 1"):

@@ -41,6 +41,27 @@ def test_baseline_commit_runner_on_head(tmp_path):
   assert row["steps_per_s"] > 0 and row["flops"]["3"] > row["flops"]["2"] > 0
 
 
+def test_attention_free_bound_drops_attention_only(tmp_path):
+  """The bound's participant builds the same model (same parameters) whose programs do
+  less arithmetic at every length: the stand-in reached the driver and replaced attention."""
+  import sys  # pylint: disable=import-outside-toplevel
+  parts = [{"label": "today", "kind": "ours", "root": ROOT, "python": sys.executable},
+           {"label": "bound", "kind": "ours", "root": ROOT, "python": sys.executable,
+            "stand_in": "attention_free"},
+           {"label": "typo", "kind": "ours", "root": ROOT, "python": sys.executable,
+            "stand_in": "attention_fre"}]
+  results = processes.compare_training(parts, "randomized_relative", "paper", [2, 6],
+                                       steps=1, round_steps=1, batch=4,
+                                       malloc_modes=[False], scratch=str(tmp_path),
+                                       model=TINY, echo=lambda *a: None)
+  today, bound = results["today/plain malloc"], results["bound/plain malloc"]
+  assert bound["params"] == today["params"] and today["costed"] == "one piece"
+  for n in ("2", "6"):
+    assert 0 < bound["flops"][n] < today["flops"][n]
+  error = results["typo/plain malloc"]["error"]
+  assert "\n" not in error and "attention_free" in error, error
+
+
 def test_release_that_cannot_be_imported_is_one_line(tmp_path):
   import sys  # pylint: disable=import-outside-toplevel
   parts = [{"label": "release", "kind": "release", "root": str(tmp_path / "nowhere"),

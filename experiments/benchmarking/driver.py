@@ -5,9 +5,15 @@ imports the code under test from its own folder (argument "root"): this project 
 today's tree or at a temporary worktree of a previous commit ("kind": "ours"), or the
 original release google-deepmind/randomized_positional_encodings ("kind": "release"),
 and builds the training step of the same model (5 layers, d_model 64, 8 heads, dropout
-0.1), batch and lengths. Protocol (one JSON object per line on stdout, after a tag):
-  READY {"params", "compile_s", "programs", "flops": {length: FLOPs}, "bytes": {...}}
-      after compiling one program per length (ahead of time) and running each once;
+0.1), batch and lengths. "stand_in": "attention_free" (ours only) replaces attention's
+core by a pass-through (`attention_free`): not a model, a bound on what any attention
+kernel could buy. Protocol (one JSON object per line on stdout, after a tag):
+  READY {"params", "compile_s", "programs", "costed", "flops": {length: FLOPs},
+      "bytes": {...}} after compiling one program per length (ahead of time) and running
+      each once; the costs are XLA's cost analysis of each length's step, of a program
+      traced with attention in one piece where the code has `whole_batch_chunks`
+      ("costed": "one piece"; a chunked program's analysis counts one chunk), else of the
+      timed programs ("as compiled");
   then per line of stdin {"lengths": [...], "seed": r}: makes those batches (not timed),
       runs the steps and prints DONE {"seconds": s};
   ERROR {"error": "..."} (one line) when the code cannot be imported or built.
@@ -45,10 +51,33 @@ def _ours_module(name):
   return None
 
 
+def attention_free():
+  """Replaces `randomized_pe.families.attend` (logits, encoding, softmax, weighted sum, in
+  every layer) by the values at the query rows plus the queries: the step keeps its
+  projections, feed-forward blocks, layer norms, dropout, loss and update, and the
+  gradients still reach the queries, keys and values. Its time bounds what any attention
+  kernel could make of the step."""
+  import jax
+  from randomized_pe import families
+
+  def attend(family, positions, params, ctx, q, k, v, key_mask=None, *, query_start=0,
+             return_weights=False, **unused):
+    del family, positions, params, ctx, k, key_mask, unused
+    if return_weights:
+      raise ValueError("the attention-free stand-in has no weights")
+    return jax.lax.dynamic_slice_in_dim(v, query_start, q.shape[1], axis=1) + q
+
+  families.attend = attend
+
+
 def ours():
   root = os.path.abspath(SPEC["root"])
   sys.path.insert(0, root)
   os.chdir(root)
+  if SPEC.get("stand_in") == "attention_free":
+    attention_free()
+  elif SPEC.get("stand_in"):
+    raise ValueError(f"unknown stand_in {SPEC['stand_in']!r}; valid: attention_free")
   compile_cache = _ours_module("compile_cache")
   if compile_cache is not None:  # None: commits before the persistent cache (e.g. ecff2ab).
     compile_cache.enable("off")
@@ -85,7 +114,27 @@ def ours():
     holder["state"] = state
     jax.block_until_ready(state)
 
-  return params, make, compile_one, run, lambda: jax.block_until_ready(holder["state"])
+  return (params, make, compile_one, run, lambda: jax.block_until_ready(holder["state"]),
+          _one_piece_costs(steps, config, task, make))
+
+
+def _one_piece_costs(steps, config, task, make):
+  """n -> (FLOPs, bytes) of the step at length n traced with attention in one piece
+  (`randomized_pe.attention.whole_batch_chunks`), or None for code without it. XLA's cost
+  analysis counts a loop's body once, so the timed programs' own costs count one chunk's
+  attention; the one-piece program is the same function, costed whole (not run)."""
+  from randomized_pe import attention  # pylint: disable=import-outside-toplevel
+  if steps is None or not hasattr(attention, "whole_batch_chunks"):
+    return None
+
+  with attention.whole_batch_chunks():
+    trainer = steps.build_trainer(config, task)
+
+  def costs(n):
+    with attention.whole_batch_chunks():  # Chunks are chosen while a program is traced.
+      return cost(trainer.step.lower(trainer.state, trainer.seeds, make(n, n)).compile())
+
+  return costs
 
 
 def _ours_before_steps_module(config, task):
@@ -183,7 +232,8 @@ def release():
     jax.block_until_ready(p)
 
   count = sum(x.size for x in jax.tree_util.tree_leaves(params))
-  return count, make, compile_one, run, lambda: jax.block_until_ready(holder["params"])
+  # No chunks in the release's attention: its programs' costs are whole.
+  return count, make, compile_one, run, lambda: jax.block_until_ready(holder["params"]), None
 
 
 def evaluation_driver():
@@ -231,17 +281,20 @@ def main():
     evaluation_driver()
     return
   try:
-    params, make, compile_one, run, sync = (ours if SPEC["kind"] == "ours" else release)()
+    params, make, compile_one, run, sync, one_piece = (
+        ours if SPEC["kind"] == "ours" else release)()
     start = time.perf_counter()
     programs = {n: compile_one(n) for n in LENGTHS}
     compile_s = time.perf_counter() - start
-    costs = {n: cost(p) for n, p in programs.items()}
+    # FLOPs of the function: one-piece programs where attention runs in chunks (not timed).
+    costs = {n: one_piece(n) if one_piece else cost(p) for n, p in programs.items()}
     # A program's first execution is slower on CPU: run each once before timing.
     run([programs[n] for n in LENGTHS], [make(n, 10**6 + n) for n in LENGTHS])
   except Exception as error:  # pylint: disable=broad-except
     emit("ERROR", {"error": f"{type(error).__name__}: {error}".splitlines()[0][:300]})
     sys.exit(1)
   emit("READY", {"params": int(params), "compile_s": compile_s, "programs": len(programs),
+                 "costed": "one piece" if one_piece else "as compiled",
                  "flops": {n: c[0] for n, c in costs.items()},
                  "bytes": {n: c[1] for n, c in costs.items()}})
   for line in sys.stdin:

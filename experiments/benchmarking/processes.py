@@ -130,7 +130,8 @@ def compare_training(participants, pe: str, compat: str, lengths, steps: int,
                      max_position: int = 2048, seed: int = 0, echo=print,
                      model: dict | None = None) -> dict:
   """Steps/s of each participant's training step (`participants`: dicts with label, kind
-  "ours" or "release", root, python) under each malloc mode (True: huge pages), in
+  "ours" or "release", root, python, and optionally stand_in: "attention_free", see
+  driver.py) under each malloc mode (True: huge pages), in
   subprocesses started one after the other (so compiles do not overlap), then timed in
   rounds of `round_steps` steps that alternate between them (the order rotating), every
   one on the same lengths, drawn uniformly from `lengths` with `seed`. `model`: overrides
@@ -153,7 +154,9 @@ def compare_training(participants, pe: str, compat: str, lengths, steps: int,
           results[key] = {"error": "huge-page malloc does not apply on this machine"}
           continue
         worker = TrainWorker(key, part["python"], {**spec, "kind": part["kind"],
-                                                   "root": part["root"]}, env, scratch)
+                                                   "root": part["root"],
+                                                   "stand_in": part.get("stand_in")},
+                             env, scratch)
         ready = worker.wait_ready()
         if ready is None:
           results[key] = {"error": worker.error}

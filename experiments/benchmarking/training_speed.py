@@ -21,16 +21,22 @@ from experiments.benchmarking import timing
 from experiments.training import steps
 
 
+# The label of today's step with attention's core replaced by a pass-through (a bound).
+BOUND = "today, attention free (bound)"
+
+
 def bench_train(*, scratch: str | None, parts, encodings, max_train_length: int,
                 steps: int, round_steps: int, malloc, baseline_commit: str | None,
                 release_path: str | None, release_python: str | None,
                 release_semantics: bool, limit_encodings, limit_lengths, limit_steps: int,
-                limit_profile_steps: int) -> dict:
+                limit_profile_steps: int, attention_free_bound: bool = False) -> dict:
   """Training speed of the paper model, today's code beside `baseline_commit` and the
   release (`release_path`, run by `release_python`, default this interpreter), with and
   without huge-page malloc (`malloc`: "on", "off"); then the limit: FLOPs of the step,
   this CPU's matmul throughput and the achieved fraction (experiments/benchmark.py's
-  docstring; the arguments are its flags of the same names). `scratch`: the folder of
+  docstring; the arguments are its flags of the same names; attention_free_bound also
+  times today's step with attention's core replaced by a pass-through, driver.py's
+  `attention_free`, a bound rather than a model). `scratch`: the folder of
   the subprocesses' logs (None: a new temporary folder); `parts`: "speed", "limit"."""
   folder = scratch or tempfile.mkdtemp(prefix="randomized_pe_benchmark_")
   os.makedirs(folder, exist_ok=True)
@@ -46,7 +52,7 @@ def bench_train(*, scratch: str | None, parts, encodings, max_train_length: int,
         folder, peak, sys.executable, encodings=encodings, max_train_length=max_train_length,
         steps=steps, round_steps=round_steps, malloc=malloc, baseline_commit=baseline_commit,
         release_path=release_path, release_python=release_python,
-        release_semantics=release_semantics)
+        release_semantics=release_semantics, attention_free_bound=attention_free_bound)
   if "limit" in parts:
     results["limit"] = _train_limit(peak, limit_encodings, limit_lengths, limit_steps,
                                      limit_profile_steps, scratch)
@@ -58,12 +64,16 @@ def bench_train(*, scratch: str | None, parts, encodings, max_train_length: int,
 def _train_speed(scratch: str, peak: float, python: str, *, encodings,
                  max_train_length: int, steps: int, round_steps: int, malloc,
                  baseline_commit: str | None, release_path: str | None,
-                 release_python: str | None, release_semantics: bool) -> dict:
+                 release_python: str | None, release_semantics: bool,
+                 attention_free_bound: bool = False) -> dict:
   malloc_modes = [{"on": True, "off": False}[m] for m in malloc]
   lengths = list(range(1, max_train_length + 1))
   out = {}
   with contextlib.ExitStack() as stack:
     participants = [{"label": "today", "kind": "ours", "root": processes.REPO, "python": python}]
+    if attention_free_bound:
+      participants.append({"label": BOUND, "kind": "ours", "root": processes.REPO,
+                           "python": python, "stand_in": "attention_free"})
     if baseline_commit:
       path, commit = stack.enter_context(processes.baseline_worktree(baseline_commit))
       participants.append({"label": f"commit {commit}", "kind": "ours", "root": path,
@@ -102,6 +112,10 @@ def _print_speed(r: dict, peak: float) -> None:
           f"({row['programs']}) | {row['steps_per_s']:.2f} | {vs} | "
           f"{row['flops_per_step'] / 1e9:.2f} | {row['gflops']:.1f} | "
           f"{row['gflops'] / peak:.0%} |", flush=True)
+  for key in rows:
+    if r[key].get("costed") == "as compiled" and r[key]["label"] != "release":
+      print(f"| {key} | - | FLOPs as compiled: where its attention runs in chunks, XLA's "
+            "cost analysis counts one chunk, so GFLOP/s is understated |")
   for key, row in r.items():
     if isinstance(row, dict) and "error" in row:
       print(f"| {key} | - | cannot be timed: {row['error']} |")
@@ -113,6 +127,12 @@ def _print_speed(r: dict, peak: float) -> None:
       print(f"\ntoday / release ({malloc}): {total:.2f}x steps/s (median of rounds "
             f"{median:.2f}x; target >= 3x), compile {r[today]['compile_s']:.0f} s against "
             f"{r[release]['compile_s']:.0f} s (target: no more)")
+    bound = f"{BOUND}/{malloc}"
+    if bound in rows and release in rows:
+      total, median = _ratio(r, release, bound)
+      print(f"attention free (a bound, not a model) / release ({malloc}): "
+            f"{1 / total:.2f}x steps/s (median of rounds {1 / median:.2f}x): what today's "
+            "step would reach if attention cost nothing")
   print(f"\nload {r['load_before_steps']} before the timed rounds, {r['load_after_steps']} "
         "after\n")
 
