@@ -34,9 +34,12 @@ def test_cost_analysis_flops_match_the_analytic_matmul_count(tmp_path):
   # The profile finds the products (a share of time, so not a fixed fraction: a run
   # beside five other busy processes gave them 4.4%, elementwise fusions 91.5%).
   assert shares.get("matmul", 0) > 0, shares
-  grid = ito_speed.ito_step_figures(_tiny(seeds=2), timed_steps=2)
-  assert grid["models"] == 2
-  assert grid["flops_per_model_step"] == pytest.approx(one["flops_per_step"], rel=0.02)
+  for layout in ("vmap", "loop"):  # `loop` runs the models in a loop: costed as vmap.
+    config = _tiny(seeds=2)
+    config.grid.layout = layout
+    grid = ito_speed.ito_step_figures(config, timed_steps=2)
+    assert grid["models"] == 2
+    assert grid["flops_per_model_step"] == pytest.approx(one["flops_per_step"], rel=0.02)
 
 
 def test_matmul_throughput_is_measured():

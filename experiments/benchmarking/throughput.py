@@ -5,6 +5,7 @@ attention in one piece (`one_piece_costs`; a chunked program's analysis counts o
 chunk), compile seconds of the programs as training builds them, steps/s, and the share of op time by category from a jax.profiler trace
 (profile_shares)."""
 
+import copy
 import glob
 import os
 import re
@@ -161,8 +162,12 @@ def one_piece_costs(config, task, batches: dict) -> dict:
   batch}), traced with attention in one piece (`attention.whole_batch_chunks`): the
   function's arithmetic. XLA's cost analysis counts a loop's body once, so the programs
   training runs (attention in cache-sized chunks on CPU) report one chunk's attention
-  (the paper model at length 40: 15.6 GFLOP a step against 19.8 in one piece). These
-  programs are compiled for their costs only, never run."""
+  (the paper model at length 40: 15.6 GFLOP a step against 19.8 in one piece). For the
+  same reason a grid is costed in the `vmap` layout (`loop` runs its models in a loop,
+  the same arithmetic). These programs are compiled for their costs only, never run."""
+  if "grid" in config and config.grid.get("layout", "vmap") != "vmap":
+    config = copy.deepcopy(config)
+    config.grid.layout = "vmap"
   with attn_lib.whole_batch_chunks():
     trainer = steps.build_trainer(config, task, jax.devices()[:1])
     return {key: cost_of(trainer.step.lower(trainer.state, trainer.seeds, batch).compile())
