@@ -2,8 +2,8 @@
 achieved fractions are of), and a config's training programs as the loop builds them
 (step_figures): FLOPs per step from XLA's cost analysis of each step traced with
 attention in one piece (`one_piece_costs`; a chunked program's analysis counts one
-chunk), compile seconds of the programs as training builds them, steps/s, and the share of op time by category from a jax.profiler trace
-(profile_shares)."""
+chunk), compile seconds of the programs as training builds them, steps/s, and the share
+of op time by category from a jax.profiler trace (profile_shares)."""
 
 import copy
 import glob
