@@ -189,15 +189,12 @@ def step_figures(config, timed_steps: int, profile_steps: int = 0,
   models = len(trainer.members)
   batches = [trainer.place(source.batch(s)) for s in range(batches)]
   keys = [shape_key(b) for b in batches]
-  programs = {}
-  start = time.perf_counter()
-  for key, batch in zip(keys, batches):
-    if key not in programs:
-      programs[key] = step_fn.lower(state, seeds, batch).compile()
-  compile_s = time.perf_counter() - start
-  first = {}
+  first = {}  # The first batch of each shape: one program each.
   for key, batch in zip(keys, batches):
     first.setdefault(key, batch)
+  start = time.perf_counter()
+  programs = {key: step_fn.lower(state, seeds, batch).compile() for key, batch in first.items()}
+  compile_s = time.perf_counter() - start
   costs = one_piece_costs(config, source.task, first)
   for s in range(2):
     state, _ = programs[keys[s % len(batches)]](state, seeds, batches[s % len(batches)])
