@@ -10,7 +10,9 @@ Jobs are tasks x variants: `sweep.encodings` (the variant ENC sets model.pe=ENC)
 Each job writes into SWEEP_DIR/TASK/VARIANT/ (the files of experiments.train,
 eval.json last and atomically; then the files `sweep.job_outputs` names, JOB_OUTPUTS of
 experiments/training/jobs.py, made from the job's checkpoints, e.g. the inputs of
-experiments.ito_analysis). Re-running the command skips finished jobs and
+experiments.ito_analysis). --only=PATTERNS keeps the jobs whose TASK/VARIANT
+matches a shell pattern; --max_jobs=N trains at most N unfinished jobs and stops (a
+session's share of a sweep of many hours). Re-running the command skips finished jobs and
 resumes unfinished ones from their checkpoints, so a sweep survives a dead
 worker or a killed driver; --dry_run prints what a run would do with each job
 and changes nothing. --reuse_from=FOLDER copies a finished job of another sweep folder
@@ -43,7 +45,8 @@ def main(argv):
     cli.check_shadowed(config, sys.argv)
     if _DRY_RUN.value:
       planned = jobs.plan(config, _SWEEP_DIR.value, rerun_changed=_RERUN_CHANGED.value,
-                          reuse_from=_REUSE_FROM.value)
+                          reuse_from=_REUSE_FROM.value, only=_ONLY.value,
+                          max_jobs=_MAX_JOBS.value)
       for job, action, detail in planned:
         print(f"{action:<11} {job.name}: {detail}")
       counts = collections.Counter(action for _, action, _ in planned)
@@ -54,7 +57,8 @@ def main(argv):
                          _RAY_ADDRESS.value, _GPUS.value, _RETRIES.value,
                          rerun_changed=_RERUN_CHANGED.value,
                          commit_results=_COMMIT_RESULTS.value,
-                         reuse_from=_REUSE_FROM.value)
+                         reuse_from=_REUSE_FROM.value, only=_ONLY.value,
+                         max_jobs=_MAX_JOBS.value)
   except ValueError as e:
     cli.fail(cli.one_line(e))
   except jobs.SweepInterrupted:
@@ -65,6 +69,10 @@ def main(argv):
     print(f"[sweep] {len(progress.failed)} jobs failed: {', '.join(progress.failed)}; "
           "re-run the command to retry them", file=sys.stderr)
     sys.exit(cli.EXIT_FAILED)
+  if progress.later:
+    print(f"[sweep] {progress.done} of {progress.total + progress.later} jobs finished, "
+          f"{progress.later} left to a later run (--max_jobs); the same command runs them")
+    return
   print(f"[sweep] all {progress.total} jobs finished; report: "
         f"python -m experiments.report --sweep_dir={_SWEEP_DIR.value}")
 
@@ -102,4 +110,11 @@ if __name__ == "__main__":
       "instead of trained again when a job of this sweep has the same settings and has "
       "not started (e.g. Table 3's sorted jobs from Table 1's randomized_sin_cos ones); "
       "the copy's reused_from.json names its source.")
+  _ONLY = flags.DEFINE_list(
+      "only", [], "Shell patterns over the jobs' names TASK/VARIANT (comma-separated, e.g. "
+      "'stack_manipulation/*,*/rope+exp'): run (or --dry_run) only the jobs they match.")
+  _MAX_JOBS = flags.DEFINE_integer(
+      "max_jobs", None, "Train at most this many unfinished jobs (the first in the sweep's "
+      "order), then stop: the share of a long sweep that fits a session; the same command "
+      "runs the next ones.")
   cli.run(main)

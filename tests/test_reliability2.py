@@ -44,6 +44,8 @@ def _run(module, args, timeout=300, env=None):
      "--config.seed has no effect: grid.seeds=(1, 2)"),
     ("sweep", ["--config=configs/table1.py:scale=small", "--config.training.learning_rate=0.01"],
      "--config.training.learning_rate has no effect: grid.learning_rates="),
+    ("sweep", ["--config=configs/table1.py:scale=small", "--only=reverse_string/*,nope/*"],
+     "--only: 'nope/*' matches no job; jobs are TASK/VARIANT with TASK one of "),
 ])
 def test_bad_numbers_and_shadowed_settings_are_one_line_and_write_nothing(
     tmp_path, module, args, message):

@@ -77,6 +77,7 @@ def test_small_files_are_a_finished_sweep_and_a_report(tmp_path):
   _a_job_whose_settings_differ_from_its_files_is_not_skipped(str(tmp_path / "exp"))
   _a_finished_job_of_another_folder_with_the_same_settings_is_copied(str(tmp_path / "exp"),
                                                                      tmp_path / "other")
+  _only_and_max_jobs_choose_a_sessions_share(str(tmp_path / "exp"))
 
 
 def test_the_ordering_figure_draws_every_cell_of_the_ordering_rows(tmp_path):
@@ -339,3 +340,35 @@ def test_commit_results_commits_each_finished_jobs_small_files_only(tmp_path, mo
   _git(tmp_path, "clone", "-q", str(repo), str(clone))
   again = sweep.run_sweep(_config(), str(clone / "results" / "exp"), job_fn=_must_not_run)
   assert (again.done, again.failed) == (2, [])
+
+
+def _only_and_max_jobs_choose_a_sessions_share(sweep_dir):
+  """--only keeps the jobs whose TASK/VARIANT matches a pattern, --max_jobs trains the
+  first N unfinished ones and leaves the rest (finished jobs do not count); a pattern
+  that matches nothing is refused before anything runs, naming tasks and variants."""
+  config = _config()
+  config.sweep.encodings = ("relative", "randomized_relative", "rope", "sin_cos", "alibi")
+  names = lambda planned: [(j.name.split("/")[1], a) for j, a, _ in planned]
+  assert names(sweep.plan(config, sweep_dir, max_jobs=2)) == [
+      ("relative", "skip"), ("randomized_relative", "skip"), ("rope", "start"),
+      ("sin_cos", "start"), ("alibi", "later")]
+  assert names(sweep.plan(config, sweep_dir, only=["*/r*", "*/alibi"])) == [
+      ("relative", "skip"), ("randomized_relative", "skip"), ("rope", "start"),
+      ("alibi", "start")]
+  trained = []
+  progress = sweep.run_sweep(config, sweep_dir, only=["reverse_string/[rs]*"], max_jobs=1,
+                             job_fn=lambda c, w: trained.append(os.path.basename(w)))
+  assert trained == ["rope"]
+  assert (progress.total, progress.done, progress.later) == (3, 3, 1)
+  trained.clear()
+  sweep.run_sweep(config, sweep_dir, job_fn=lambda c, w: trained.append(os.path.basename(w)))
+  assert trained == ["rope", "sin_cos", "alibi"]  # The fake wrote nothing: none finished.
+  for bad, message in [({"only": ["*/nope", "*/rope"]},
+                        r"^--only: '\*/nope' matches no job; jobs are TASK/VARIANT with TASK "
+                        r"one of reverse_string and VARIANT one of relative, "
+                        r"randomized_relative, rope, sin_cos, alibi"),
+                       ({"max_jobs": 0}, r"^--max_jobs must be >= 1")]:
+    with pytest.raises(ValueError, match=message):
+      sweep.plan(config, sweep_dir, **bad)
+    with pytest.raises(ValueError, match=message):
+      sweep.run_sweep(config, sweep_dir, **bad, job_fn=_must_not_run)

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 import copy
 import ctypes
 import dataclasses
+import fnmatch
 import glob
 import importlib
 import multiprocessing
@@ -196,6 +197,28 @@ def make_jobs(config: ml_collections.ConfigDict, sweep_dir: str) -> list[Job]:
                       os.path.join(os.path.abspath(sweep_dir), task, name),
                       job_config.to_dict(), name))
   return jobs
+
+
+def select(jobs: list[Job], only=()) -> list[Job]:
+  """The jobs whose name (TASK/VARIANT) matches one of the shell patterns `only`
+  (fnmatch: `*`, `?`, `[...]`), in the sweep's order; every job when `only` is empty.
+  ValueError when a pattern matches no job, naming the tasks and variants."""
+  patterns = [p.strip() for p in only if p.strip()]
+  if not patterns:
+    return list(jobs)
+  unmatched = [p for p in patterns if not any(fnmatch.fnmatchcase(j.name, p) for j in jobs)]
+  if unmatched:
+    tasks = ", ".join(dict.fromkeys(j.task for j in jobs))
+    names = ", ".join(dict.fromkeys(j.name.split("/", 1)[1] for j in jobs))
+    raise ValueError(f"--only: {', '.join(repr(p) for p in unmatched)} matches no job; "
+                     f"jobs are TASK/VARIANT with TASK one of {tasks} and VARIANT one of "
+                     f"{names} (shell patterns, e.g. '*/rope*')")
+  return [j for j in jobs if any(fnmatch.fnmatchcase(j.name, p) for p in patterns)]
+
+
+def _check_max_jobs(max_jobs: int | None) -> None:
+  if max_jobs is not None and max_jobs < 1:
+    raise ValueError(f"--max_jobs must be >= 1 (or unset: every job), got {max_jobs}")
 
 
 # Files a job may be asked to leave beside eval.json (`sweep.job_outputs`, a tuple of
@@ -415,6 +438,7 @@ class Progress:
     self.total, self.done, self.workers = total, already_done, max(1, workers)
     self.on_finished = on_finished  # Called with every job that finished (not failed).
     self.failed = []
+    self.later = 0  # Jobs to run that this run leaves to the next (--max_jobs).
     self._durations = []
     self._started = {}
 
@@ -574,17 +598,20 @@ def _trained_to(workdir: str) -> int | None:
 
 
 def plan(config: ml_collections.ConfigDict, sweep_dir: str,
-         rerun_changed: bool = False, reuse_from=()) -> list[tuple[Job, str, str]]:
+         rerun_changed: bool = False, reuse_from=(), only=(),
+         max_jobs: int | None = None) -> list[tuple[Job, str, str]]:
   """What running the sweep would do with each job, without doing it or writing
   anything: (job, action, detail), action one of "skip" (finished), "reuse" (copied from
   a finished job of the same settings in a `reuse_from` folder), "outputs" (trained;
   a file of `sweep.job_outputs` is written from its checkpoints), "resume" (from its
   checkpoints), "start" (no checkpoint: from step 0), "refuse" (its folder holds a run
-  with other settings; "start again" with rerun_changed). ValueError for bad settings,
-  as run_sweep."""
+  with other settings; "start again" with rerun_changed), "later" (beyond `max_jobs`:
+  a job to run that this run leaves to the next). Only the jobs `only` selects (see
+  `select`). ValueError for bad settings, as run_sweep."""
+  _check_max_jobs(max_jobs)
   reuse_from = check_reuse_folders(reuse_from)
   planned = []
-  for job in make_jobs(config, sweep_dir):
+  for job in select(make_jobs(config, sweep_dir), only):
     finished, why = job_status(job)
     source = None if finished or why else find_reusable(job, reuse_from)
     if source is not None:
@@ -618,6 +645,11 @@ def plan(config: ml_collections.ConfigDict, sweep_dir: str,
       detail = why or ("nothing trained yet" if trained is None else
                        f"no checkpoint (metrics reach step {trained}): from step 0")
     planned.append((job, action, detail))
+  if max_jobs is not None:
+    to_run = [i for i, (_, action, _) in enumerate(planned) if action not in ("skip", "reuse")]
+    for i in to_run[max_jobs:]:
+      job, action, detail = planned[i]
+      planned[i] = (job, "later", f"beyond --max_jobs={max_jobs} (then: {action}, {detail})")
   return planned
 
 
@@ -625,8 +657,13 @@ def run_sweep(config: ml_collections.ConfigDict, sweep_dir: str, executor: str =
               workers: int = 1, ray_address: str | None = None, gpus_per_job: float = 0.0,
               max_retries: int = 3, job_fn: Callable = run_job,
               rerun_changed: bool = False, commit_results: bool = False,
-              reuse_from=()) -> Progress:
+              reuse_from=(), only=(), max_jobs: int | None = None) -> Progress:
   """Runs every unfinished job of the sweep; returns the final progress (failures listed).
+
+  `only` (shell patterns over TASK/VARIANT, see `select`) keeps the jobs it matches;
+  `max_jobs` runs at most that many of the unfinished jobs, the first in the sweep's
+  order (finished and reused jobs do not count), and leaves the rest to a later run:
+  a session's share of a long sweep.
 
   Raises ValueError for bad settings (before anything is written), SweepInterrupted
   on Ctrl-C. A job whose folder holds a run with other settings fails with the
@@ -641,6 +678,7 @@ def run_sweep(config: ml_collections.ConfigDict, sweep_dir: str, executor: str =
                            ("--gpus_per_job", gpus_per_job, 0)]:
     if value < low:
       raise ValueError(f"{name} must be >= {low}, got {value}")
+  _check_max_jobs(max_jobs)
   if executor == "ray":
     try:
       import ray  # pylint: disable=import-outside-toplevel,unused-import
@@ -648,7 +686,8 @@ def run_sweep(config: ml_collections.ConfigDict, sweep_dir: str, executor: str =
       raise ValueError("the ray executor needs Ray: pip install -e .[cluster]") from None
   cli.check_folder(sweep_dir, "sweep_dir")
   reuse_from = check_reuse_folders(reuse_from)
-  jobs = make_jobs(config, sweep_dir)
+  every = make_jobs(config, sweep_dir)
+  jobs = select(every, only)
   todo, notes, reused = [], [], []
   for job in jobs:
     finished, why = job_status(job)
@@ -661,17 +700,26 @@ def run_sweep(config: ml_collections.ConfigDict, sweep_dir: str, executor: str =
     todo.append(job)
     if why:
       notes.append((job, why))
+  later = todo[max_jobs:] if max_jobs is not None else []
+  todo = todo[:len(todo) - len(later)]
+  notes = [(job, why) for job, why in notes if job in todo]
   on_finished = None
   if commit_results:  # Each finished job's small files, committed as it finishes.
     committer = results_git.Committer()
     on_finished = lambda job: committer(  # pylint: disable=unnecessary-lambda-assignment
         job.workdir, job.name, [file for _, _, file in _job_outputs(job.config)])
-  progress = Progress(len(jobs), len(jobs) - len(todo), workers, on_finished)
+  finished = len(jobs) - len(todo) - len(later)
+  progress = Progress(finished + len(todo), finished, workers, on_finished)
+  progress.later = len(later)
   kind = "variants" if config.sweep.get("variants", None) else "encodings"
-  print(f"[sweep] {len(jobs)} jobs ({len(config.sweep.tasks)} tasks x "
-        f"{len(variants(config.sweep))} {kind}), {len(jobs) - len(todo)} already finished"
+  selected = f" ({len(jobs)} of them selected by --only)" if len(jobs) < len(every) else ""
+  print(f"[sweep] {len(every)} jobs ({len(config.sweep.tasks)} tasks x "
+        f"{len(variants(config.sweep))} {kind}){selected}, {finished} already finished"
         f"{f' ({len(reused)} of them reused)' if reused else ''}; executor {executor}",
         flush=True)
+  if later:
+    print(f"[sweep] --max_jobs={max_jobs}: this run trains {', '.join(j.name for j in todo)}"
+          f" and leaves {len(later)} unfinished jobs to a later run", flush=True)
   for job, source in reused:
     reuse(job, source)
     print(f"[sweep] {job.name}: reused the finished job {source} (the same settings)",
