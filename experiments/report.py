@@ -46,6 +46,10 @@ Experiments of the paper's appendix name their report in the sweep config
              figures/ordering_during_training.png
   ito        (--kind=ito, a folder of Latin-square runs) Ito et al.'s Tables 1-6 beside
              ours, as python -m experiments.ito_report writes them
+Every kind whose models have scores (all but ito) also writes
+  jobs.md / jobs.csv      every job, seed by seed: each model's accuracy on the training
+                          and unseen lengths, the unseen mean ± std, the learning rate
+                          the tables use (★), and the job's training hours (wall, CPU)
 --kind=auto (default) takes the jobs' `sweep.report`, else the variants report when
 they name variants, else the paper's tables; --kind=KIND forces one.
 A missing job (an unfinished sweep) is shown as a missing cell, never as zero.

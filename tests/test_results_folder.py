@@ -2,6 +2,7 @@
 jobs keep only their small files (config.json, eval.json, metrics.jsonl; no checkpoints,
 as a fresh clone of results/ has them) is read by the sweep as finished and by the
 report, and a job whose settings differ from its files is not skipped."""
+import csv
 import glob
 import importlib
 import json
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import threading
 
+import numpy as np
 import pytest
 
 from configs import table1
@@ -74,6 +76,7 @@ def test_small_files_are_a_finished_sweep_and_a_report(tmp_path):
   assert set(out["training"]) == {("reverse_string", "relative"),
                                   ("reverse_string", "randomized_relative")}
   assert all(v is not None for v in out["training"].values())
+  _the_jobs_table_is_every_seed_of_every_job(sweep_dir, tmp_path / "report", out["jobs"])
   _a_job_whose_settings_differ_from_its_files_is_not_skipped(str(tmp_path / "exp"))
   _a_finished_job_of_another_folder_with_the_same_settings_is_copied(str(tmp_path / "exp"),
                                                                      tmp_path / "other")
@@ -108,6 +111,39 @@ def test_the_ordering_figure_draws_every_cell_of_the_ordering_rows(tmp_path):
   by_cell = {(d["task"], d["family"]): (d["classic"], d["randomized"]) for d in drawn}
   assert by_cell == {("a", "relative"): (60.0, 70.5), ("a", "sin_cos"): (40.0, 45.0),
                      ("b", "relative"): (50.0, None), ("b", "sin_cos"): (30.0, 20.0)}
+
+
+def _the_jobs_table_is_every_seed_of_every_job(sweep_dir, report_dir, rows):
+  """jobs.csv: a line per model with its accuracy on the training lengths and beyond,
+  recomputed here from eval.json's accuracy per length; jobs.md: a line per job with the
+  unseen mean ± std over its seeds and the job's hours."""
+  expected = []
+  for encoding in ("relative", "randomized_relative"):
+    with open(os.path.join(sweep_dir, "reverse_string", encoding, "eval.json")) as f:
+      record = json.load(f)
+    low, high = record["training_lengths"]
+    for model in sorted(record["models"], key=lambda m: m["seed"]):
+      by_length = dict(zip(record["lengths"], model["accuracy"]))
+      expected.append(
+          (encoding, model["seed"], record["train_seconds"] / 3600,
+           100 * np.mean([a for n, a in by_length.items() if low <= n <= high]),
+           100 * np.mean([a for n, a in by_length.items() if n > high])))
+  with open(report_dir / "jobs.csv") as f:
+    table = list(csv.DictReader(f))
+  assert [(r["job"], int(r["seed"])) for r in table] == [e[:2] for e in expected]
+  for line, (_, seed, hours, train, unseen) in zip(table, expected):
+    assert float(line["train"]) == pytest.approx(train, abs=0.006)
+    assert float(line["unseen"]) == pytest.approx(unseen, abs=0.006)
+    assert line["job_hours"] == ("" if seed else f"{hours:.2f}")  # On a job's first line.
+  assert [(r["job"], r["best"]) for r in rows] == [("relative", True),
+                                                  ("randomized_relative", True)]
+  text = (report_dir / "jobs.md").read_text()
+  for row, encoding in zip(rows, ("relative", "randomized_relative")):
+    unseen = [e[4] for e in expected if e[0] == encoding]
+    assert row["mean"] == pytest.approx(np.mean(unseen)) and row["std"] == pytest.approx(
+        np.std(unseen))
+    assert f"| reverse_string | {encoding} | " in text
+    assert f"| {np.mean(unseen):.1f} ± {np.std(unseen):.1f} | " in text
 
 
 def _a_job_whose_settings_differ_from_its_files_is_not_skipped(sweep_dir):

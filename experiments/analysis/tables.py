@@ -530,6 +530,111 @@ def table2_csv(tasks, encodings, cells) -> str:
   return buffer.getvalue()
 
 
+# Every job, seed by seed: jobs.md / jobs.csv, written for every report whose models have
+# scores (what the other tables average, and what each job cost).
+
+JOBS_FILE = "jobs"
+
+
+def _job_order(sweep_dir: str, results: dict) -> list[tuple[str, str]]:
+  """The finished jobs in the sweep's order: tasks as the paper lists them, variants as
+  the sweep's config does (`sweep.encodings`, then `sweep.variants`), others sorted."""
+  order = []
+  for stored in own_job_configs(sweep_dir, results):
+    try:
+      order = [n for n, _ in jobs.variants(stored.get("sweep") or {})]
+      break
+    except (ValueError, AttributeError, TypeError):
+      continue
+  tasks = _ordered({t for t, _ in results}, list(load_paper()["task_levels"]))
+  names = _ordered({n for _, n in results}, order)
+  return [(t, n) for t in tasks for n in names if (t, n) in results]
+
+
+def job_rows(sweep_dir: str, results: dict) -> list[dict]:
+  """One row per (task, job, learning rate): the seeds in order, each seed's accuracy in %
+  on the training lengths and on the unseen ones (None where a model has no such score),
+  their mean ± std (NumPy's, ddof=0, as Table 4), whether this is the learning rate the
+  tables use (`_best_rate_models`), and the job's steps and training hours, wall and CPU
+  (eval.json's train_seconds, train_cpu_seconds; for the whole grid, on the job's first
+  row). Jobs whose models have no scores (Ito's runs) are left out."""
+  rows = []
+  for task, name in _job_order(sweep_dir, results):
+    result = results[task, name]
+    models = result.get("models") or []
+    if not models or any("scores" not in m for m in models):
+      continue
+    best = {id(m) for m in _best_rate_models(result)}
+    by_rate = {}
+    for m in models:
+      by_rate.setdefault(m["learning_rate"], []).append(m)
+    for i, (rate, group) in enumerate(sorted(by_rate.items())):
+      group = sorted(group, key=lambda m: m["seed"])
+      score = lambda m, key: None if m["scores"].get(key) is None else 100 * m["scores"][key]
+      unseen = [score(m, "unseen") for m in group]
+      known = [u for u in unseen if u is not None]
+      seconds = [result.get(k) for k in ("train_seconds", "train_cpu_seconds")] if i == 0 \
+          else [None, None]
+      rows.append({
+          "task": task, "job": name, "learning_rate": rate, "step": result.get("step"),
+          "best": any(id(m) in best for m in group), "seeds": [m["seed"] for m in group],
+          "train": [score(m, "train_range") for m in group], "unseen": unseen,
+          "mean": float(np.mean(known)) if known else None,
+          "std": float(np.std(known)) if known else None,
+          "hours": None if seconds[0] is None else seconds[0] / 3600,
+          "cpu_hours": None if seconds[1] is None else seconds[1] / 3600})
+  return rows
+
+
+def _scores_text(values, mark_untrained: bool = False) -> str:
+  return ", ".join(MISSING if v is None else
+                   f"{v:.1f}{UNTRAINED_MARK if mark_untrained and v < TRAINED else ''}"
+                   for v in values)
+
+
+def jobs_markdown(rows) -> str:
+  lines = ["## Every job, seed by seed",
+           "",
+           "Accuracy in %, per seed (in the order of the seeds column), averaged over the "
+           f"training lengths and over the unseen ones ({UNTRAINED_MARK}: a model below "
+           f"{TRAINED:.0f}% on its training lengths); unseen mean ± std over those seeds; "
+           "★: the learning rate whose mean unseen accuracy is best, the one the other "
+           "tables use. Hours: the job's training (its whole grid, compiling included, "
+           "evaluation excluded), wall and, where the job recorded it, CPU (its process, "
+           "all threads).",
+           "",
+           "| task | job | learning rate | steps | seeds | training lengths | unseen | "
+           "unseen mean ± std | hours (CPU) |",
+           "|---|---|---:|---:|---|---|---|---:|---:|"]
+  for r in rows:
+    hours = MISSING if r["hours"] is None else f"{r['hours']:.2f}" + (
+        "" if r["cpu_hours"] is None else f" ({r['cpu_hours']:.2f})")
+    mean = MISSING if r["mean"] is None else f"{r['mean']:.1f} ± {r['std']:.1f}"
+    seeds = ", ".join(str(seed) for seed in r["seeds"])
+    lines.append(
+        f"| {r['task']} | {r['job']} | {r['learning_rate']:g}{' ★' if r['best'] else ''} | "
+        f"{r['step']} | {seeds} | {_scores_text(r['train'], True)} | {_scores_text(r['unseen'])} | "
+        f"{mean} | {hours} |")
+  return "\n".join(lines)
+
+
+def write_jobs_table(sweep_dir: str, results: dict, out_dir: str) -> list[dict]:
+  """OUT/jobs.md and OUT/jobs.csv (one line per job and learning rate, one per seed in
+  the csv); nothing when no job has scores."""
+  rows = job_rows(sweep_dir, results)
+  if not rows:
+    return rows
+  csv_rows = [["task", "job", "learning_rate", "best", "step", "seed", "train", "unseen",
+               "job_hours", "job_cpu_hours"]]
+  for r in rows:
+    for i, seed in enumerate(r["seeds"]):
+      csv_rows.append([r["task"], r["job"], f"{r['learning_rate']:g}", int(r["best"]),
+                       r["step"], seed, r["train"][i], r["unseen"][i],
+                       r["hours"] if i == 0 else None, r["cpu_hours"] if i == 0 else None])
+  _write_both(out_dir, JOBS_FILE, jobs_markdown(rows), csv_rows)
+  return rows
+
+
 # Table 3: randomized sin/cos, sorted and unsorted (configs/table3.py).
 
 TABLE3_VARIANTS = ("sorted", "unsorted")
@@ -1420,7 +1525,8 @@ def write_report(sweep_dir: str, out_dir: str | None = None, kind: str = "auto")
     report = REPORTS[kind](sweep_dir, results, out_dir)
   if unfinished:
     report = {**report, "text": report["text"] + "\n\n" + _unfinished_line(unfinished)}
-  return {**report, "unfinished": unfinished, "out_dir": out_dir}
+  job_table = write_jobs_table(sweep_dir, results, out_dir)
+  return {**report, "unfinished": unfinished, "out_dir": out_dir, "jobs": job_table}
 
 
 # Curves of one run: python -m experiments.report --run_dir=WORKDIR.
