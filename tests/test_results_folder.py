@@ -385,9 +385,19 @@ def _only_and_max_jobs_choose_a_sessions_share(sweep_dir):
   config = _config()
   config.sweep.encodings = ("relative", "randomized_relative", "rope", "sin_cos", "alibi")
   names = lambda planned: [(j.name.split("/")[1], a) for j, a, _ in planned]
-  assert names(sweep.plan(config, sweep_dir, max_jobs=2)) == [
+  planned = sweep.plan(config, sweep_dir, max_jobs=2)
+  assert names(planned) == [
       ("relative", "skip"), ("randomized_relative", "skip"), ("rope", "start"),
       ("sin_cos", "start"), ("alibi", "later")]
+  hours = []
+  for name in ("relative", "randomized_relative"):
+    with open(os.path.join(sweep_dir, "reverse_string", name, "eval.json")) as f:
+      hours.append(json.load(f)["train_seconds"] / 3600)
+  low, high = f"{min(hours):.2f}", f"{max(hours):.2f}"
+  took = (f"its task's 2 finished jobs took {low}" + ("" if low == high else f"-{high}")
+          + " h of training")
+  assert [detail.endswith(took) for _, _, detail in planned] == [False, False, True, True, False]
+  assert planned[4][2] == f"beyond --max_jobs=2 (then: start, nothing trained yet; {took})"
   assert names(sweep.plan(config, sweep_dir, only=["*/r*", "*/alibi"])) == [
       ("relative", "skip"), ("randomized_relative", "skip"), ("rope", "start"),
       ("alibi", "start")]

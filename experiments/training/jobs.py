@@ -611,7 +611,9 @@ def plan(config: ml_collections.ConfigDict, sweep_dir: str,
   _check_max_jobs(max_jobs)
   reuse_from = check_reuse_folders(reuse_from)
   planned = []
-  for job in select(make_jobs(config, sweep_dir), only):
+  selected = select(make_jobs(config, sweep_dir), only)
+  took = _hours_taken(selected)
+  for job in selected:
     finished, why = job_status(job)
     source = None if finished or why else find_reusable(job, reuse_from)
     if source is not None:
@@ -644,6 +646,8 @@ def plan(config: ml_collections.ConfigDict, sweep_dir: str,
       action = "start"
       detail = why or ("nothing trained yet" if trained is None else
                        f"no checkpoint (metrics reach step {trained}): from step 0")
+    if action not in ("skip", "reuse") and took.get(job.task):
+      detail += f"; {took[job.task]}"
     planned.append((job, action, detail))
   if max_jobs is not None:
     to_run = [i for i, (_, action, _) in enumerate(planned) if action not in ("skip", "reuse")]
@@ -651,6 +655,28 @@ def plan(config: ml_collections.ConfigDict, sweep_dir: str,
       job, action, detail = planned[i]
       planned[i] = (job, "later", f"beyond --max_jobs={max_jobs} (then: {action}, {detail})")
   return planned
+
+
+def _hours_taken(selected: list[Job]) -> dict[str, str]:
+  """task -> "its N finished jobs took A-B h" (training wall hours, eval.json's
+  train_seconds, of the finished jobs of that task among `selected`): what a job of that
+  task may take, for choosing --max_jobs."""
+  hours = {}
+  for job in selected:
+    if not job_status(job)[0]:
+      continue
+    try:
+      seconds = io_utils.read_json(os.path.join(job.workdir, "eval.json")).get("train_seconds")
+    except io_utils.CorruptFileError:
+      continue
+    if seconds is not None:
+      hours.setdefault(job.task, []).append(seconds / 3600)
+  took = {}
+  for task, h in hours.items():
+    low, high = f"{min(h):.2f}", f"{max(h):.2f}"
+    took[task] = (f"its task's {len(h)} finished job{'s' if len(h) > 1 else ''} took "
+                  f"{low if low == high else f'{low}-{high}'} h of training")
+  return took
 
 
 def run_sweep(config: ml_collections.ConfigDict, sweep_dir: str, executor: str = "local",
