@@ -551,6 +551,12 @@ def _job_order(sweep_dir: str, results: dict) -> list[tuple[str, str]]:
   return [(t, n) for t in tasks for n in names if (t, n) in results]
 
 
+def _percent(model: dict, key: str) -> float | None:
+  """A model's score `key` in %, None where it has none."""
+  value = model["scores"].get(key)
+  return None if value is None else 100 * value
+
+
 def job_rows(sweep_dir: str, results: dict) -> list[dict]:
   """One row per (task, job, learning rate): the seeds in order, each seed's accuracy in %
   on the training lengths and on the unseen ones (None where a model has no such score),
@@ -570,15 +576,14 @@ def job_rows(sweep_dir: str, results: dict) -> list[dict]:
       by_rate.setdefault(m["learning_rate"], []).append(m)
     for i, (rate, group) in enumerate(sorted(by_rate.items())):
       group = sorted(group, key=lambda m: m["seed"])
-      score = lambda m, key: None if m["scores"].get(key) is None else 100 * m["scores"][key]
-      unseen = [score(m, "unseen") for m in group]
+      unseen = [_percent(m, "unseen") for m in group]
       known = [u for u in unseen if u is not None]
       seconds = [result.get(k) for k in ("train_seconds", "train_cpu_seconds")] if i == 0 \
           else [None, None]
       rows.append({
           "task": task, "job": name, "learning_rate": rate, "step": result.get("step"),
           "best": any(id(m) in best for m in group), "seeds": [m["seed"] for m in group],
-          "train": [score(m, "train_range") for m in group], "unseen": unseen,
+          "train": [_percent(m, "train_range") for m in group], "unseen": unseen,
           "mean": float(np.mean(known)) if known else None,
           "std": float(np.std(known)) if known else None,
           "hours": None if seconds[0] is None else seconds[0] / 3600,

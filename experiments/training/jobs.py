@@ -658,7 +658,7 @@ def plan(config: ml_collections.ConfigDict, sweep_dir: str,
 
 
 def _hours_taken(selected: list[Job]) -> dict[str, str]:
-  """task -> "its N finished jobs took A-B h" (training wall hours, eval.json's
+  """task -> "its task's N finished jobs took A-B h of training" (wall hours, eval.json's
   train_seconds, of the finished jobs of that task among `selected`): what a job of that
   task may take, for choosing --max_jobs."""
   hours = {}
