@@ -611,10 +611,9 @@ def plan(config: ml_collections.ConfigDict, sweep_dir: str,
   _check_max_jobs(max_jobs)
   reuse_from = check_reuse_folders(reuse_from)
   planned = []
-  selected = select(make_jobs(config, sweep_dir), only)
-  took = _hours_taken(selected)
-  for job in selected:
-    finished, why = job_status(job)
+  statuses = [(job, *job_status(job)) for job in select(make_jobs(config, sweep_dir), only)]
+  took = _hours_taken([job for job, finished, _ in statuses if finished])
+  for job, finished, why in statuses:
     source = None if finished or why else find_reusable(job, reuse_from)
     if source is not None:
       planned.append((job, "reuse", f"from {source} (finished, the same settings)"))
@@ -657,14 +656,12 @@ def plan(config: ml_collections.ConfigDict, sweep_dir: str,
   return planned
 
 
-def _hours_taken(selected: list[Job]) -> dict[str, str]:
+def _hours_taken(finished: list[Job]) -> dict[str, str]:
   """task -> "its task's N finished jobs took A-B h of training" (wall hours, eval.json's
-  train_seconds, of the finished jobs of that task among `selected`): what a job of that
-  task may take, for choosing --max_jobs."""
+  train_seconds, of the `finished` jobs of that task): what a job of that task may take,
+  for choosing --max_jobs."""
   hours = {}
-  for job in selected:
-    if not job_status(job)[0]:
-      continue
+  for job in finished:
     try:
       seconds = io_utils.read_json(os.path.join(job.workdir, "eval.json")).get("train_seconds")
     except io_utils.CorruptFileError:
