@@ -11,6 +11,8 @@ Variants, all of the RoPE family but the sin/cos baseline:
   randomized_rope             randomized positions, random test positions (the paper)
   randomized_rope+even        randomized, evenly spaced test positions floor(k L / T)
   randomized_rope+logn, randomized_rope+even+logn   the same two with log-n
+                              (a +even job only evaluates otherwise, so the sweep
+                              evaluates it on its twin's training when both run)
   rope+exp, rope+exp+logn     equal-mean exponential float positions, without / with log-n
   rope+beta, rope+beta+logn   equal-mean beta float positions, without / with log-n
 Why RoPE for Su's variants: RoPE is Su's own encoding and the setting of his post; its

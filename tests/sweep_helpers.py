@@ -10,9 +10,9 @@ from experiments.training import jobs as sweep
 from experiments.storage import workdir as workdir_lib
 
 
-def counting_job(config_dict, workdir):
+def counting_job(config_dict, workdir, companions=()):
   """run_job, then records one completion in the job folder."""
-  result = sweep.run_job(config_dict, workdir)
+  result = sweep.run_job(config_dict, workdir, companions)
   with open(os.path.join(workdir, "completions.log"), "a") as f:
     f.write("done\n")
   return result
@@ -31,24 +31,24 @@ def _stop_halfway_once(config_dict, workdir):
   return True
 
 
-def interrupted_job(config_dict, workdir):
+def interrupted_job(config_dict, workdir, companions=()):
   """The first attempt of the first task's jobs stops halfway with an error."""
   if config_dict["task"] == "parity_check" and _stop_halfway_once(config_dict, workdir):
     raise RuntimeError("stopped halfway")
-  return counting_job(config_dict, workdir)
+  return counting_job(config_dict, workdir, companions)
 
 
-def killed_job(config_dict, workdir):
+def killed_job(config_dict, workdir, companions=()):
   """The first attempt of the first task's jobs kills its own worker process halfway."""
   if config_dict["task"] == "parity_check" and _stop_halfway_once(config_dict, workdir):
     os.kill(os.getpid(), signal.SIGKILL)
-  return counting_job(config_dict, workdir)
+  return counting_job(config_dict, workdir, companions)
 
 
-def waiting_job(config_dict, workdir):
+def waiting_job(config_dict, workdir, companions=()):
   """Holds the job's folder like a training run and waits for a stop request (which the
   training loop polls between steps); records the signal, then stops like the loop."""
-  del config_dict
+  del config_dict, companions
   with workdir_lib.locked(workdir), stopping.graceful():
     io_utils.atomic_write_text(os.path.join(workdir, "worker.pid"), str(os.getpid()))
     while stopping.requested() is None:

@@ -210,14 +210,14 @@ def test_a_report_of_an_unfinished_sweep_shows_missing_cells_and_names_the_jobs(
   from experiments.analysis import tables as report  # pylint: disable=import-outside-toplevel
   from experiments.training import jobs as sweep  # pylint: disable=import-outside-toplevel
 
-  def job(config_dict, workdir):
+  def job(config_dict, workdir, companions):
     if config_dict["task"] == "parity_check":
       raise RuntimeError("never started")
     if config_dict["model"]["pe"] == "relative":  # Started, stopped before its result.
       os.makedirs(workdir)
       io_utils.write_json(os.path.join(workdir, "config.json"), config_dict)
       raise RuntimeError("stopped")
-    return sweep.run_job(config_dict, workdir)
+    return sweep.run_job(config_dict, workdir, companions)
 
   config = tiny_config(steps=2)
   config.sweep = {"tasks": ("reverse_string", "parity_check"),

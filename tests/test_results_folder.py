@@ -53,7 +53,7 @@ def _as_committed(sweep_dir):
         shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
 
 
-def _must_not_run(config_dict, workdir):
+def _must_not_run(config_dict, workdir, companions):
   raise AssertionError(f"re-ran a finished job in {workdir}")
 
 
@@ -161,7 +161,7 @@ def _a_job_whose_settings_differ_from_its_files_is_not_skipped(sweep_dir):
     finished, why = sweep.job_status(job)
     assert not finished and "step 4" in why, why
   calls = []
-  sweep.run_sweep(longer, sweep_dir, job_fn=lambda c, w: calls.append(w))
+  sweep.run_sweep(longer, sweep_dir, job_fn=lambda c, w, _: calls.append(w))
   assert len(calls) == 2
 
 
@@ -192,7 +192,7 @@ def _a_finished_job_of_another_folder_with_the_same_settings_is_copied(source, o
   try:  # The copy is committed as a finished job is (--commit_results).
     results_git.Committer = lambda: (lambda *job: committed.append(job))
     progress = sweep.run_sweep(config, sweep_dir, reuse_from=[source], commit_results=True,
-                               job_fn=lambda c, w: trained.append(w))
+                               job_fn=lambda c, w, _: trained.append(w))
   finally:
     results_git.Committer = committer
   copy = os.path.join(sweep_dir, "reverse_string", "sorted")
@@ -403,11 +403,11 @@ def _only_and_max_jobs_choose_a_sessions_share(sweep_dir):
       ("alibi", "start")]
   trained = []
   progress = sweep.run_sweep(config, sweep_dir, only=["reverse_string/[rs]*"], max_jobs=1,
-                             job_fn=lambda c, w: trained.append(os.path.basename(w)))
+                             job_fn=lambda c, w, _: trained.append(os.path.basename(w)))
   assert trained == ["rope"]
   assert (progress.total, progress.done, progress.later) == (3, 3, 1)
   trained.clear()
-  sweep.run_sweep(config, sweep_dir, job_fn=lambda c, w: trained.append(os.path.basename(w)))
+  sweep.run_sweep(config, sweep_dir, job_fn=lambda c, w, _: trained.append(os.path.basename(w)))
   assert trained == ["rope", "sin_cos", "alibi"]  # The fake wrote nothing: none finished.
   for bad, message in [({"only": ["*/nope", "*/rope"]},
                         r"^--only: '\*/nope' matches no job; jobs are TASK/VARIANT with TASK "

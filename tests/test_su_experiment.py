@@ -149,7 +149,7 @@ def test_an_encoding_name_clashing_with_a_variant_is_refused(tmp_path):
     sweep.make_jobs(config, str(tmp_path))
 
 
-def _must_not_run(config_dict, workdir):
+def _must_not_run(config_dict, workdir, companions):
   raise AssertionError("no job may run")
 
 

@@ -21,6 +21,7 @@ from experiments.storage import io_utils
 from experiments.storage import workdir as workdir_lib
 from experiments.training import events
 from experiments.training import jobs
+from experiments.training import loop
 from experiments.training import results as results_lib
 
 PAPER_RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -416,9 +417,91 @@ def variant_effect_markdown(rows) -> str:
   return "\n".join(lines)
 
 
+def _training_records(workdir: str) -> list:
+  """metrics.jsonl's training records (step, loss, accuracy); [] without a readable one."""
+  try:
+    records = io_utils.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
+  except (io_utils.CorruptFileError, OSError):
+    return []
+  return [(r["step"], r.get("loss"), r.get("accuracy")) for r in records
+          if "evaluation" not in r and "loss" in r]
+
+
+def same_models(sweep_dir: str, task: str, name: str, other: str, results: dict,
+                records=None) -> bool:
+  """Whether jobs `name` and `other` of `task` hold the same trained models: one was
+  evaluated on the other's training (eval.json's shared_training), or their training
+  records (loss and accuracy of every model at every log step) are identical, which a
+  different training does not give. `records`: a dict caching `_training_records` per
+  job folder."""
+  for a, b in ((name, other), (other, name)):
+    shared = results[task, a].get(loop.SHARED_TRAINING)
+    if shared and os.path.basename(os.path.normpath(shared)) == b:
+      return True
+  records = {} if records is None else records
+
+  def of(job):
+    folder = os.path.join(sweep_dir, task, job)
+    if folder not in records:
+      records[folder] = _training_records(folder)
+    return records[folder]
+  return bool(of(name)) and of(name) == of(other)
+
+
+def paired_effect_rows(sweep_dir: str, results: dict, tasks, names) -> list[dict]:
+  """Every two jobs of a task that hold the same models (`same_models`: they differ in
+  evaluation settings only, e.g. evenly spaced test positions), the earlier in `names`
+  first: the unseen accuracy's difference seed by seed (later minus earlier, in %, at
+  the learning rate each job's tables use, models of the same seed and rate paired), its
+  mean and std, and the verdict of a paired comparison: "holds" when the mean exceeds the
+  std of the differences, "reversed" when below minus it, else "within one std"; a model
+  below TRAINED on its training lengths: "not learned"."""
+  rows, records = [], {}
+  for task in tasks:
+    done = [n for n in names if (task, n) in results]
+    for i, after in enumerate(done):
+      for before in done[:i]:
+        if not same_models(sweep_dir, task, after, before, results, records):
+          continue
+        first = {(m["seed"], m["learning_rate"]): m
+                 for m in _best_rate_models(results[task, before])}
+        pairs = sorted(((m["seed"], m["learning_rate"]), first[m["seed"], m["learning_rate"]], m)
+                       for m in _best_rate_models(results[task, after])
+                       if (m["seed"], m["learning_rate"]) in first)
+        if not pairs:
+          continue
+        diffs = [100 * (b["scores"]["unseen"] - a["scores"]["unseen"]) for _, a, b in pairs]
+        mean, std = float(np.mean(diffs)), float(np.std(diffs))
+        trained = min(100 * m["scores"]["train_range"] for _, a, b in pairs for m in (a, b))
+        verdict = ("not learned" if trained < TRAINED else "holds" if mean > std else
+                   "reversed" if mean < -std else "within one std")
+        rows.append({"task": task, "family": f"{before} → {after}",
+                     "seeds": [key[0] for key, _, _ in pairs], "differences": diffs,
+                     "mean": mean, "std": std, "verdict": verdict})
+  return rows
+
+
+def paired_effect_markdown(rows) -> str:
+  lines = ["## The same models under two evaluations", "",
+           "Jobs of a task that hold the same trained models (one was evaluated on the "
+           "other's training, or their training records are identical to the last digit): "
+           "they differ in an evaluation setting only, so its effect is read seed by seed. Differences of unseen-length accuracy in points, after minus "
+           "before, per seed; ✓: their mean above their std; ≈: within it; ✗: below "
+           f"minus it; {UNTRAINED_MARK}: a model below {TRAINED:.0f}% on its training "
+           "lengths (no verdict).", "",
+           "| task | before → after | seeds | differences | mean ± std | verdict |",
+           "|---|---|---|---|---:|:---:|"]
+  for r in rows:
+    lines.append(f"| {r['task']} | {r['family']} | {', '.join(map(str, r['seeds']))} | "
+                 + ", ".join(f"{d:+.1f}" for d in r["differences"])
+                 + f" | {r['mean']:+.1f} ± {r['std']:.1f} | {VERDICT_MARKS[r['verdict']]} |")
+  return "\n".join(lines)
+
+
 def write_variant_report(sweep_dir: str, results: dict, order, out_dir: str) -> dict:
   tasks, names, cells = build_variant_table(results, order, load_paper())
   effects = variant_effect_rows(tasks, names, cells)
+  paired = paired_effect_rows(sweep_dir, results, tasks, names)
   note = ("Mean ± std over seeds (at the learning rate with the best mean) of the accuracy "
           "in % averaged over the unseen test lengths, and in brackets the mean accuracy on "
           f"the training lengths ({UNTRAINED_MARK}: below {TRAINED:.0f}%, the model did not "
@@ -428,13 +511,15 @@ def write_variant_report(sweep_dir: str, results: dict, order, out_dir: str) -> 
       tasks, names, cells)
   if effects:
     md += "\n\n" + variant_effect_markdown(effects)
+  if paired:
+    md += "\n\n" + paired_effect_markdown(paired)
   io_utils.atomic_write_text(os.path.join(out_dir, "variants.md"), md + "\n")
   io_utils.atomic_write_text(os.path.join(out_dir, "variants.csv"),
                              variant_csv(tasks, names, cells))
   for task in tasks:
     plot_variants(task, results, names, os.path.join(out_dir, figures.FOLDER, f"{task}.png"))
   return {"kind": "variants", "tasks": tasks, "variants": names, "cells": cells,
-          "effects": effects, "table": md, "out_dir": out_dir}
+          "effects": effects, "paired": paired, "table": md, "out_dir": out_dir}
 
 
 def stored_job_config(sweep_dir: str, task: str, name: str) -> dict | None:
@@ -563,7 +648,9 @@ def job_rows(sweep_dir: str, results: dict) -> list[dict]:
   their mean ± std (NumPy's, ddof=0, as Table 4), whether this is the learning rate the
   tables use (`_best_rate_models`), and the job's steps and training hours, wall and CPU
   (eval.json's train_seconds, train_cpu_seconds; for the whole grid, on the job's first
-  row). Jobs whose models have no scores (Ito's runs) are left out."""
+  row), or for a job evaluated on another's training the name of that job ("shared",
+  eval.json's shared_training; its hours are that job's). Jobs whose models have no
+  scores (Ito's runs) are left out."""
   rows = []
   for task, name in _job_order(sweep_dir, results):
     result = results[task, name]
@@ -587,7 +674,9 @@ def job_rows(sweep_dir: str, results: dict) -> list[dict]:
           "mean": float(np.mean(known)) if known else None,
           "std": float(np.std(known)) if known else None,
           "hours": None if seconds[0] is None else seconds[0] / 3600,
-          "cpu_hours": None if seconds[1] is None else seconds[1] / 3600})
+          "cpu_hours": None if seconds[1] is None else seconds[1] / 3600,
+          "shared": os.path.basename(os.path.normpath(result[loop.SHARED_TRAINING]))
+                    if loop.SHARED_TRAINING in result else None})
   return rows
 
 
@@ -606,7 +695,9 @@ def jobs_markdown(rows) -> str:
            "★: the learning rate whose mean unseen accuracy is best, the one the other "
            "tables use. Hours: the job's training (its whole grid, compiling included, "
            "evaluation excluded), wall and, where the job recorded it, CPU (its process, "
-           "all threads).",
+           "all threads); \"trained with JOB\": a job that differs from JOB only in "
+           "evaluation settings, evaluated on JOB's training (the same models), whose "
+           "hours are JOB's.",
            "",
            "| task | job | learning rate | steps | seeds | training lengths | unseen | "
            "unseen mean ± std | hours (CPU) |",
@@ -614,6 +705,8 @@ def jobs_markdown(rows) -> str:
   for r in rows:
     hours = MISSING if r["hours"] is None else f"{r['hours']:.2f}" + (
         "" if r["cpu_hours"] is None else f" ({r['cpu_hours']:.2f})")
+    if r["shared"] and r["hours"] is not None:
+      hours = f"trained with {r['shared']}"
     mean = MISSING if r["mean"] is None else f"{r['mean']:.1f} ± {r['std']:.1f}"
     seeds = ", ".join(str(seed) for seed in r["seeds"])
     lines.append(
@@ -630,12 +723,13 @@ def write_jobs_table(sweep_dir: str, results: dict, out_dir: str) -> list[dict]:
   if not rows:
     return rows
   csv_rows = [["task", "job", "learning_rate", "best", "step", "seed", "train", "unseen",
-               "job_hours", "job_cpu_hours"]]
+               "job_hours", "job_cpu_hours", "trained_with"]]
   for r in rows:
     for i, seed in enumerate(r["seeds"]):
       csv_rows.append([r["task"], r["job"], f"{r['learning_rate']:g}", int(r["best"]),
                        r["step"], seed, r["train"][i], r["unseen"][i],
-                       r["hours"] if i == 0 else None, r["cpu_hours"] if i == 0 else None])
+                       r["hours"] if i == 0 else None, r["cpu_hours"] if i == 0 else None,
+                       r["shared"]])
   _write_both(out_dir, JOBS_FILE, jobs_markdown(rows), csv_rows)
   return rows
 

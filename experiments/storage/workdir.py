@@ -113,6 +113,26 @@ def evaluation_differences(stored: dict, current: dict) -> list[str]:
                                          evaluation_settings(current))
 
 
+# The evaluation's schedule: runs that share a training are evaluated at the same steps.
+EVALUATION_SCHEDULE = ("evaluation.every_steps", "evaluation.every_epochs")
+
+
+def shared_training_differences(config: dict, other: dict) -> list[str]:
+  """The settings that keep two runs from sharing one training (experiments/training/
+  loop.py, `companions`): every setting but the evaluation's other than its schedule and
+  those of `NOT_IDENTITY` that change no record (all but `training.log_every`, which
+  decides the training records of metrics.jsonl). [] for runs whose models, records of
+  training and evaluation steps are the same, e.g. Su's randomized RoPE with and
+  without evenly spaced test positions (configs/su.py)."""
+  free = [p for p in NOT_IDENTITY if p != "training.log_every"]
+
+  def shared(config_dict):
+    flat = _without(_normalised(config_dict), free)
+    return {k: v for k, v in flat.items()
+            if not k.startswith(EVALUATION + ".") or k in EVALUATION_SCHEDULE}
+  return differences(shared(config), shared(other))
+
+
 def describe_differences(diffs: list[str], limit: int = 4) -> str:
   shown = "; ".join(diffs[:limit])
   return shown + (f"; and {len(diffs) - limit} more" if len(diffs) > limit else "")

@@ -45,10 +45,22 @@ class Job:
   workdir: str  # SWEEP_DIR/TASK/VARIANT.
   config: dict  # The job's full config (task and variant's overrides set).
   variant: str = ""  # The variant's name (for `sweep.encodings`: the encoding).
+  # Jobs evaluated on this job's training (`share_training`), trained with it.
+  companions: tuple = ()
 
   @property
   def name(self) -> str:
     return f"{self.task}/{self.variant or self.pe}"
+
+  @property
+  def members(self) -> tuple:
+    """The job and its companions: the jobs one training finishes."""
+    return (self,) + self.companions
+
+  @property
+  def companion_args(self) -> list:
+    """The companions as `run_job` takes them: (config, workdir) pairs."""
+    return [(c.config, c.workdir) for c in self.companions]
 
 
 # A variant's name is a folder name: letters, digits and _ . + = , - (not first: . or -).
@@ -357,6 +369,54 @@ def reuse(job: Job, source: str) -> None:
   os.rename(staging, job.workdir)
 
 
+# Jobs that differ only in evaluation settings (e.g. configs/su.py's randomized_rope and
+# randomized_rope+even, whose test positions differ) train the same models: the sweep
+# trains them once and evaluates the later ones on the first one's training (the
+# training loop's `companions`, experiments/training/loop.py).
+
+
+def _latest_checkpoint(workdir: str) -> int:
+  if not _has_checkpoints(workdir):
+    return 0
+  return max(checkpoints_lib.Checkpoints(workdir).steps() or [0])
+
+
+def _can_share(host: Job, job: Job) -> bool:
+  """Whether `job` can be evaluated on the training of `host`: the same settings but
+  the evaluation's (its steps too), neither with `sweep.job_outputs` (made from a job's
+  own checkpoints), `job` without checkpoints of its own and evaluated beside `host`'s
+  training up to `host`'s checkpoint (nothing to cover for a host not started)."""
+  if (_job_outputs(host.config) or _job_outputs(job.config)
+      or workdir_lib.shared_training_differences(host.config, job.config)
+      or _has_checkpoints(job.workdir)):
+    return False
+  try:
+    workdir_lib.check_identity(job.workdir, job.config, False)  # Not another run's folder.
+    return loop.companion_resumable(host.workdir, job.workdir,
+                                    _latest_checkpoint(host.workdir),
+                                    host.config["training"]["log_every"])
+  except (ValueError, io_utils.CorruptFileError):  # Such a job trains on its own.
+    return False
+
+
+def share_training(todo: list[Job], alone=()) -> list[Job]:
+  """The trainings that run `todo` (jobs to train, in the sweep's order): each job joins
+  the first earlier one it can share a training with (`_can_share`) as a companion
+  (`Job.companions`), and trains on its own otherwise, as do the jobs `alone` (a job
+  whose folder needs a look: settings changed, a damaged file)."""
+  alone = {job.name for job in alone}
+  hosts = []
+  for job in todo:
+    i = None if job.name in alone else next(
+        (i for i, host in enumerate(hosts) if host.name not in alone and _can_share(host, job)),
+        None)
+    if i is None:
+      hosts.append(job)
+    else:
+      hosts[i] = dataclasses.replace(hosts[i], companions=hosts[i].companions + (job,))
+  return hosts
+
+
 def _model_scores(model: dict) -> dict:
   """The scores of one model of an eval.json record: a generated task's `scores`
   (training range, unseen lengths), or a dataset's overall accuracy per split."""
@@ -365,12 +425,18 @@ def _model_scores(model: dict) -> dict:
   return {split: by_group.get("overall") for split, by_group in model["accuracy"].items()}
 
 
-def run_job(config_dict: dict, workdir: str) -> dict:
-  """Trains and evaluates one job (resuming from its checkpoints); returns its scores,
-  one dict per model (`_model_scores`)."""
-
+def _run_config(config_dict: dict) -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict(config_dict)
   config.progress = False
+  return config
+
+
+def run_job(config_dict: dict, workdir: str, companions=()) -> dict:
+  """Trains and evaluates one job (resuming from its checkpoints), and its companions,
+  (config, workdir) pairs of jobs evaluated on its training (`share_training`); returns
+  its scores, one dict per model (`_model_scores`)."""
+
+  config = _run_config(config_dict)
   compile_cache.enable(config.get("compilation_cache", ""))  # Also on Ray workers.
   # The folder is SWEEP_DIR/TASK/VARIANT; the model's label is not needed to read it.
   job = Job(config.task, "", workdir, config_dict, os.path.basename(os.path.normpath(workdir)))
@@ -378,7 +444,8 @@ def run_job(config_dict: dict, workdir: str) -> dict:
   if outputs and _trained_status(job)[0]:  # Trained before; only an output is missing.
     result = io_utils.read_json(os.path.join(workdir, "eval.json"))
   else:
-    result = loop.train_and_evaluate(config, workdir)
+    result = loop.train_and_evaluate(
+        config, workdir, companions=[(_run_config(c), w) for c, w in companions])
   for module, function, file in outputs:  # From the checkpoints, before they are gone.
     if not os.path.exists(os.path.join(workdir, file)):
       getattr(importlib.import_module(module), function)(workdir)
@@ -407,9 +474,11 @@ def _stop_with_parent(parent_pid: int) -> None:
     os._exit(143)  # pylint: disable=protected-access
 
 
-def _worker(job_fn, config: dict, workdir: str, parent_pid: int, messages) -> None:
-  """A local worker process: runs one job, reports (workdir, error or None), exits with
-  0, 2 (bad input), 1 (failed) or 128 + signal (interrupted, after saving)."""
+def _worker(job_fn, config: dict, workdir: str, companions, parent_pid: int,
+            messages) -> None:
+  """A local worker process: runs one job (and its companions), reports (workdir, error
+  or None), exits with 0, 2 (bad input), 1 (failed) or 128 + signal (interrupted, after
+  saving)."""
 
   def report(message):
     try:
@@ -420,7 +489,7 @@ def _worker(job_fn, config: dict, workdir: str, parent_pid: int, messages) -> No
   _stop_with_parent(parent_pid)
   try:
     with stopping.graceful():  # The training loop's own `graceful()` joins this one.
-      job_fn(config, workdir)
+      job_fn(config, workdir, companions)
   except KeyboardInterrupt:
     sys.exit(130)
   except Exception as e:  # pylint: disable=broad-except
@@ -443,27 +512,33 @@ class Progress:
     self._started = {}
 
   def start(self, job: Job):
-    self._started[job.name] = time.time()
+    """A training starts: the job and its companions."""
+    self._started[job.name] = (time.time(), len(job.members))
 
   def finish(self, job: Job, error: str | None = None):
-    elapsed = time.time() - self._started.pop(job.name, time.time())
-    if error:
-      self.failed.append(job.name)
-      print(f"[sweep] FAILED {job.name} after {elapsed:.0f} s: {error}", flush=True)
-    else:
+    """A training ended: each of its jobs finished, or failed with `error`."""
+    elapsed = time.time() - self._started.pop(job.name, (time.time(), 0))[0]
+    for member in job.members:
+      shared = f" (on the training of {job.name})" if member is not job else ""
+      if error:
+        self.failed.append(member.name)
+        print(f"[sweep] FAILED {member.name}{shared} after {elapsed:.0f} s: {error}",
+              flush=True)
+        continue
       self.done += 1
-      self._durations.append(elapsed)
-      print(f"[sweep] finished {job.name} in {elapsed:.0f} s", flush=True)
+      self._durations.append(elapsed / len(job.members))
+      print(f"[sweep] finished {member.name}{shared} in {elapsed:.0f} s", flush=True)
       if self.on_finished is not None:
-        self.on_finished(job)
+        self.on_finished(member)
     self.report()
 
   def stop(self, job: Job, how: str):
-    elapsed = time.time() - self._started.pop(job.name, time.time())
-    print(f"[sweep] stopped {job.name} after {elapsed:.0f} s: {how}", flush=True)
+    elapsed = time.time() - self._started.pop(job.name, (time.time(), 0))[0]
+    names = ", ".join(m.name for m in job.members)
+    print(f"[sweep] stopped {names} after {elapsed:.0f} s: {how}", flush=True)
 
   def report(self):
-    running = len(self._started)
+    running = sum(count for _, count in self._started.values())
     left = self.total - self.done - running - len(self.failed)
     eta = ""
     if self._durations:
@@ -483,7 +558,7 @@ def _run_local(jobs, progress, job_fn, workers, max_retries):
     for job in jobs:
       progress.start(job)
       try:
-        job_fn(job.config, job.workdir)
+        job_fn(job.config, job.workdir, job.companion_args)
         progress.finish(job)
       except (stopping.Interrupted, KeyboardInterrupt) as e:
         progress.stop(job, str(e) or "interrupted")
@@ -515,7 +590,8 @@ def _run_workers(jobs, progress, job_fn, workers, max_retries):
       for job in list(queue):
         if len(running) >= workers:
           break
-        holder = workdir_lib.holder_if_locked(job.workdir)
+        holder = next((h for h in map(workdir_lib.holder_if_locked,
+                                      [m.workdir for m in job.members]) if h), None)
         if holder is not None:
           if job.name not in waiting_reported:
             print(f"[sweep] {job.name}: its folder is in use by {holder}; waiting",
@@ -525,7 +601,7 @@ def _run_workers(jobs, progress, job_fn, workers, max_retries):
         queue.remove(job)
         attempts[job.name] += 1
         process = context.Process(target=_worker, args=(
-            job_fn, job.config, job.workdir, os.getpid(), messages))
+            job_fn, job.config, job.workdir, job.companion_args, os.getpid(), messages))
         process.start()
         if attempts[job.name] == 1:
           progress.start(job)
@@ -539,7 +615,7 @@ def _run_workers(jobs, progress, job_fn, workers, max_retries):
           continue
         del running[name]
         error = errors.pop(job.workdir, None)
-        if process.exitcode == 0 and is_finished(job):
+        if process.exitcode == 0 and all(map(is_finished, job.members)):
           progress.finish(job)
         elif process.exitcode == cli.EXIT_BAD_INPUT:
           progress.finish(job, error or "bad input")  # Retrying cannot help.
@@ -575,7 +651,7 @@ def _run_ray(jobs, progress, job_fn, ray_address, gpus_per_job, max_retries):
   pending = {}
   for job in jobs:
     progress.start(job)
-    pending[remote.remote(job.config, job.workdir)] = job
+    pending[remote.remote(job.config, job.workdir, job.companion_args)] = job
   while pending:
     ready, _ = ray.wait(list(pending), num_returns=1)
     job = pending.pop(ready[0])
@@ -605,12 +681,13 @@ def plan(config: ml_collections.ConfigDict, sweep_dir: str,
   a finished job of the same settings in a `reuse_from` folder), "outputs" (trained;
   a file of `sweep.job_outputs` is written from its checkpoints), "resume" (from its
   checkpoints), "start" (no checkpoint: from step 0), "refuse" (its folder holds a run
-  with other settings; "start again" with rerun_changed), "later" (beyond `max_jobs`:
-  a job to run that this run leaves to the next). Only the jobs `only` selects (see
+  with other settings; "start again" with rerun_changed), "share" (evaluated on the
+  training of an earlier job, `share_training`), "later" (beyond `max_jobs`: a training
+  to run that this run leaves to the next). Only the jobs `only` selects (see
   `select`). ValueError for bad settings, as run_sweep."""
   _check_max_jobs(max_jobs)
   reuse_from = check_reuse_folders(reuse_from)
-  planned = []
+  planned, alone = [], []
   statuses = [(job, *job_status(job)) for job in select(make_jobs(config, sweep_dir), only)]
   took = _hours_taken([job for job, finished, _ in statuses if finished])
   for job, finished, why in statuses:
@@ -648,11 +725,23 @@ def plan(config: ml_collections.ConfigDict, sweep_dir: str,
     if action not in ("skip", "reuse") and took.get(job.task):
       detail += f"; {took[job.task]}"
     planned.append((job, action, detail))
+    if why:
+      alone.append(job)
+  # The trainings, as run_sweep makes them: a companion is "share"d.
+  index = {job.name: i for i, (job, _, _) in enumerate(planned)}
+  trainings = share_training([job for job, action, _ in planned
+                              if action not in ("skip", "reuse")], alone)
+  for training in trainings:
+    for companion in training.companions:
+      planned[index[companion.name]] = (
+          companion, "share", f"evaluated on the training of {training.name} (only "
+          "evaluation settings differ)")
   if max_jobs is not None:
-    to_run = [i for i, (_, action, _) in enumerate(planned) if action not in ("skip", "reuse")]
-    for i in to_run[max_jobs:]:
-      job, action, detail = planned[i]
-      planned[i] = (job, "later", f"beyond --max_jobs={max_jobs} (then: {action}, {detail})")
+    for training in trainings[max_jobs:]:
+      for member in training.members:
+        job, action, detail = planned[index[member.name]]
+        planned[index[member.name]] = (
+            job, "later", f"beyond --max_jobs={max_jobs} (then: {action}, {detail})")
   return planned
 
 
@@ -663,10 +752,11 @@ def _hours_taken(finished: list[Job]) -> dict[str, str]:
   hours = {}
   for job in finished:
     try:
-      seconds = io_utils.read_json(os.path.join(job.workdir, "eval.json")).get("train_seconds")
+      result = io_utils.read_json(os.path.join(job.workdir, "eval.json"))
     except io_utils.CorruptFileError:
       continue
-    if seconds is not None:
+    seconds = result.get("train_seconds")
+    if seconds is not None and loop.SHARED_TRAINING not in result:  # Counted once.
       hours.setdefault(job.task, []).append(seconds / 3600)
   took = {}
   for task, h in hours.items():
@@ -684,9 +774,10 @@ def run_sweep(config: ml_collections.ConfigDict, sweep_dir: str, executor: str =
   """Runs every unfinished job of the sweep; returns the final progress (failures listed).
 
   `only` (shell patterns over TASK/VARIANT, see `select`) keeps the jobs it matches;
-  `max_jobs` runs at most that many of the unfinished jobs, the first in the sweep's
-  order (finished and reused jobs do not count), and leaves the rest to a later run:
-  a session's share of a long sweep.
+  `max_jobs` runs at most that many trainings of the unfinished jobs, the first in the
+  sweep's order (finished and reused jobs do not count; a job evaluated on another's
+  training, `share_training`, counts with it), and leaves the rest to a later run: a
+  session's share of a long sweep.
 
   Raises ValueError for bad settings (before anything is written), SweepInterrupted
   on Ctrl-C. A job whose folder holds a run with other settings fails with the
@@ -723,9 +814,12 @@ def run_sweep(config: ml_collections.ConfigDict, sweep_dir: str, executor: str =
     todo.append(job)
     if why:
       notes.append((job, why))
-  later = todo[max_jobs:] if max_jobs is not None else []
-  todo = todo[:len(todo) - len(later)]
-  notes = [(job, why) for job, why in notes if job in todo]
+  trainings = share_training(todo, alone=[job for job, _ in notes])
+  later_trainings = trainings[max_jobs:] if max_jobs is not None else []
+  trainings = trainings[:len(trainings) - len(later_trainings)]
+  todo = [member for training in trainings for member in training.members]
+  later = [member for training in later_trainings for member in training.members]
+  notes = [(job, why) for job, why in notes if job.name in {m.name for m in todo}]
   on_finished = None
   if commit_results:  # Each finished job's small files, committed as it finishes.
     committer = results_git.Committer()
@@ -741,8 +835,14 @@ def run_sweep(config: ml_collections.ConfigDict, sweep_dir: str, executor: str =
         f"{f' ({len(reused)} of them reused)' if reused else ''}; executor {executor}",
         flush=True)
   if later:
-    print(f"[sweep] --max_jobs={max_jobs}: this run trains {', '.join(j.name for j in todo)}"
-          f" and leaves {len(later)} unfinished jobs to a later run", flush=True)
+    names = ", ".join(t.name + "".join(f" (with {c.name})" for c in t.companions)
+                      for t in trainings)
+    print(f"[sweep] --max_jobs={max_jobs}: this run trains {names} and leaves "
+          f"{len(later)} unfinished jobs to a later run", flush=True)
+  for training in trainings:
+    for companion in training.companions:
+      print(f"[sweep] {companion.name}: evaluated on the training of {training.name} "
+            "(only evaluation settings differ)", flush=True)
   for job, source in reused:
     reuse(job, source)
     print(f"[sweep] {job.name}: reused the finished job {source} (the same settings)",
@@ -761,7 +861,7 @@ def run_sweep(config: ml_collections.ConfigDict, sweep_dir: str, executor: str =
             flush=True)
   os.makedirs(sweep_dir, exist_ok=True)
   if executor == "local":
-    _run_local(todo, progress, job_fn, workers, max_retries)
+    _run_local(trainings, progress, job_fn, workers, max_retries)
   else:
-    _run_ray(todo, progress, job_fn, ray_address, gpus_per_job, max_retries)
+    _run_ray(trainings, progress, job_fn, ray_address, gpus_per_job, max_retries)
   return progress

@@ -16,6 +16,14 @@ paper's protocol and writes
 and resumes from the newest readable checkpoint when run again with the same workdir
 (experiments/storage/checkpoints.py); a workdir holding another run is refused.
 
+Runs that differ only in their evaluation settings train the same models (the step
+function never sees them), so `companions` evaluates such runs on this run's training:
+each companion's workdir gets its config.json, a metrics.jsonl whose training records
+are this run's and whose evaluation records are its own, its events/ and eval.json
+(with `shared_training`, the path of the run that trained its models), and no
+checkpoints. Its files are those it would have written trained alone on the same
+machine, but for the training seconds, which are the shared training's.
+
 The kind of data (a generated task drawn per step, or a dataset read in shuffled
 epochs) is `experiments.training.data.source(config)`; the loop reads its batches and hands its
 evaluation (`experiments.training.evaluation.for_source`) the parameters.
@@ -24,6 +32,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import os
 import sys
 import time
@@ -230,8 +239,67 @@ def _check_start(workdir: str, config: ml_collections.ConfigDict, saved_steps,
         f"{saved_steps[-1]} (its models are trained that far) or use another --workdir")
 
 
+# The key of a companion's eval.json naming the run that trained its models (its folder,
+# relative to the companion's).
+SHARED_TRAINING = "shared_training"
+METRICS_FILE = "metrics.jsonl"
+
+
+def _kept_records(written: list, start: int, log_every: int) -> list:
+  """The records of metrics.jsonl a run resumed at `start` keeps: those before the
+  checkpoint, and at it an evaluation record (written before the checkpoint) or the
+  record of a whole log interval; the rest are redone (a record of an open interval,
+  at the end of a run with fewer steps, too)."""
+  return [r for r in written
+          if r["step"] < start or (r["step"] == start and (start % log_every == 0
+                                                            or "evaluation" in r))]
+
+
+def _evaluation_steps(records: list) -> set:
+  return {r["step"] for r in records if "evaluation" in r}
+
+
+def companion_resumable(workdir: str, companion_workdir: str, start: int,
+                        log_every: int) -> bool:
+  """Whether a companion of the run in `workdir` can go on from that run's checkpoint
+  at `start`: its metrics.jsonl holds an evaluation record at every step the run's
+  records kept at `start` hold one (it was evaluated beside that training so far).
+  Always at start 0."""
+  def kept(folder):
+    return _kept_records(io_utils.read_jsonl(os.path.join(folder, METRICS_FILE)), start,
+                         log_every)
+  return _evaluation_steps(kept(workdir)) <= _evaluation_steps(kept(companion_workdir))
+
+
+def _check_companions(config, workdir: str, companions, start: int) -> None:
+  """ValueError (before anything is written) for a companion that cannot share this
+  run's training: other settings, a folder of its own run (checkpoints, another
+  identity), or one not evaluated beside this training up to its checkpoint."""
+  folders = [os.path.abspath(workdir)]
+  for other_config, other_workdir in companions:
+    other_workdir = os.path.abspath(other_workdir)
+    if other_workdir in folders:
+      raise ValueError(f"companions: {other_workdir} is given twice (or is the run's own "
+                       "workdir)")
+    folders.append(other_workdir)
+    diffs = workdir_lib.shared_training_differences(config.to_dict(), other_config.to_dict())
+    if diffs:
+      raise ValueError(
+          f"companions: {other_workdir} cannot share the training of {workdir} "
+          f"({workdir_lib.describe_differences(diffs)}); only evaluation settings other "
+          f"than {', '.join(workdir_lib.EVALUATION_SCHEDULE)} may differ")
+    if checkpoints.Checkpoints(other_workdir).steps():
+      raise ValueError(f"companions: {other_workdir} has checkpoints of its own; resume it "
+                       "on its own")
+    workdir_lib.check_identity(other_workdir, other_config.to_dict(), False)
+    if not companion_resumable(workdir, other_workdir, start, config.training.log_every):
+      raise ValueError(
+          f"companions: {other_workdir} was not evaluated beside the training of "
+          f"{workdir} up to its checkpoint of step {start}; train it on its own")
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
-                       validated=None) -> dict:
+                       validated=None, companions=()) -> dict:
   """Trains every model of the grid (one model by default), resuming from workdir,
   evaluates them, and returns the eval results (also written to workdir/eval.json).
 
@@ -239,6 +307,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     returned them, for a config that also passed `validation.check_fits`: the run uses
     them, so that the config is validated and its source and model built once. None:
     validated and checked here.
+  companions: (config, workdir) pairs of runs evaluated on this run's training (see the
+    module docstring), each differing from `config` only in evaluation settings other
+    than the evaluation's steps (`workdir_lib.shared_training_differences`); their
+    eval.json files are written before this run's.
 
   Raises ValueError for bad settings or a workdir holding another run (nothing written),
   WorkdirBusy if another process trains there, StorageError for operating-system
@@ -249,19 +321,34 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     validated = validation.validate(config, len(devices))
     validation.check_fits(config, validated)
   source, model = validated
+  # Each companion's own model: the same parameters, its own evaluation (e.g. the
+  # position sampler at test time).
+  built = []
+  for other_config, other_workdir in companions:
+    other_validated = validation.validate(other_config, len(devices))
+    validation.check_fits(other_config, other_validated)
+    built.append((other_config, os.path.abspath(other_workdir), other_validated[1]))
+  companions = [(c, w) for c, w, _ in built]
   workdir = os.path.abspath(workdir)
   store = checkpoints.Checkpoints(workdir, config.training.checkpoints_to_keep)
-  _check_start(workdir, config, store.steps(), store)
-  with workdir_lib.locked(workdir):
-    # Again: it may have changed meanwhile.
-    _check_start(workdir, config, store.steps(), store)
+
+  def check():
+    saved = store.steps()
+    _check_start(workdir, config, saved, store)
+    _check_companions(config, workdir, companions, saved[-1] if saved else 0)
+
+  check()
+  with contextlib.ExitStack() as locks:
+    for folder in [workdir] + [w for _, w in companions]:
+      locks.enter_context(workdir_lib.locked(folder))
+    check()  # Again: it may have changed meanwhile.
     try:
       # From here to the end, SIGINT and SIGTERM are stop requests that the loop acts on
       # (before its first step, between steps): a KeyboardInterrupt raised inside XLA's
       # compilation crashed the process, and one raised in a library's callback (jax's gc
       # callback) was swallowed and the run trained to the end.
       with stopping.graceful():
-        return _train_and_evaluate(config, source, model, workdir, store, devices)
+        return _train_and_evaluate(config, source, model, workdir, store, devices, built)
     finally:
       store.close()
 
@@ -276,10 +363,40 @@ def _evaluation_params(trainer):
   return params
 
 
-def _train_and_evaluate(config, source, model, workdir, store, devices) -> dict:
+class _Records:
+  """A run's metrics.jsonl, kept in memory and written whole at every change, with its
+  TensorBoard copy (experiments/training/events.py: rewritten from the file as it was at
+  the start, then equal to it after every write)."""
+
+  def __init__(self, workdir: str, members, written: list, kept: list):
+    self.path = os.path.join(workdir, METRICS_FILE)
+    self.records = kept
+    self._events = events.EventLog(workdir, members, written)
+
+  def add(self, record: dict) -> None:
+    self.records.append(record)
+    io_utils.write_jsonl(self.path, self.records)
+    self._events.sync(self.records)
+
+
+@dataclasses.dataclass
+class _Companion:
+  """A run evaluated on the training of the loop's run: its evaluation and records."""
+  config: ml_collections.ConfigDict
+  workdir: str
+  model: object
+  evaluator: object
+  records: _Records
+
+
+def _train_and_evaluate(config, source, model, workdir, store, devices, companions) -> dict:
   trainer = steps.build_trainer(config, source.task, devices, model)
   t = config.training
-  io_utils.write_json(os.path.join(workdir, workdir_lib.CONFIG_FILE), config.to_dict())
+  num_models = trainer.num_models
+  sharding = trainer.batch_sharding if num_models == 1 else None
+  evaluator = evaluation.for_source(source, trainer.model, config, sharding)
+  for folder, run_config in [(workdir, config)] + [(w, c) for c, w, _ in companions]:
+    io_utils.write_json(os.path.join(folder, workdir_lib.CONFIG_FILE), run_config.to_dict())
 
   start, carry = 0, {}
   restored = store.restore_latest(trainer.state)
@@ -287,25 +404,20 @@ def _train_and_evaluate(config, source, model, workdir, store, devices) -> dict:
     start, state, carry = restored
     trainer.set_state(state)
     print(f"resuming {workdir} from step {start}", flush=True)
-  metrics_path = os.path.join(workdir, "metrics.jsonl")
-  # Records after the checkpoint are redone; so is a record of an open interval (the end
-  # of a run with fewer steps) at the checkpoint itself. An evaluation record at the
-  # checkpoint is complete (it was written before the checkpoint): it stays.
-  written = io_utils.read_jsonl(metrics_path)
-  records = [r for r in written
-             if r["step"] < start or (r["step"] == start and (start % t.log_every == 0
-                                                               or "evaluation" in r))]
-  # TensorBoard's copy of metrics.jsonl (experiments/training/events.py): rewritten from the file
-  # as it is now, then equal to it after every write.
-  event_log = events.EventLog(workdir, trainer.members, written)
-
-  def write_records():
-    io_utils.write_jsonl(metrics_path, records)
-    event_log.sync(records)
-
-  num_models = trainer.num_models
-  evaluator = evaluation.for_source(source, trainer.model, config,
-                                    trainer.batch_sharding if num_models == 1 else None)
+  written = io_utils.read_jsonl(os.path.join(workdir, METRICS_FILE))
+  kept = _kept_records(written, start, t.log_every)
+  records = _Records(workdir, trainer.members, written, list(kept))
+  sharing = []
+  for other_config, other_workdir, other_model in companions:
+    # The training records are this run's, the evaluation records its own.
+    other_written = io_utils.read_jsonl(os.path.join(other_workdir, METRICS_FILE))
+    own = [r for r in _kept_records(other_written, start, t.log_every) if "evaluation" in r]
+    merged = sorted([r for r in kept if "evaluation" not in r] + own,
+                    key=lambda r: (r["step"], "evaluation" in r))
+    sharing.append(_Companion(
+        other_config, other_workdir, other_model,
+        evaluation.for_source(source, other_model, other_config, sharding),
+        _Records(other_workdir, trainer.members, other_written, merged)))
   prefetch = data.Prefetcher(source.batch, start, t.steps, t.prefetch, trainer.place)
   bar = Progress(t.steps, start, f"{config.task} / {trainer.model.label}"
                  + (f" x {num_models} models" if num_models > 1 else ""), config.progress)
@@ -364,18 +476,20 @@ def _train_and_evaluate(config, source, model, workdir, store, devices) -> dict:
       if step % t.log_every == 0 or step == t.steps:
         check_finite(step)
         computed(step)  # check_finite waited for the state of this step.
-        records.append(interval.record(step, unwrap, step % t.log_every == 0))
-        write_records()
-        bar.record(step, float(np.mean(records[-1]["loss"])),
-                   float(np.mean(records[-1]["accuracy"])),
-                   records[-1]["steps_per_second"])
+        record = interval.record(step, unwrap, step % t.log_every == 0)
+        for run in [records] + [c.records for c in sharing]:
+          run.add(record)
+        bar.record(step, float(np.mean(record["loss"])), float(np.mean(record["accuracy"])),
+                   record["steps_per_second"])
       if evaluator.due(step):
         jax.block_until_ready(trainer.state)  # The steps so far count as training.
         train_seconds = clock.seconds()
         with clock.excluded():
-          record = evaluator.periodic(_evaluation_params(trainer), step, unwrap)
-          records.append({**record, "train_seconds": train_seconds})
-          write_records()
+          params = _evaluation_params(trainer)
+          for run, run_evaluator in ([(records, evaluator)]
+                                     + [(c.records, c.evaluator) for c in sharing]):
+            record = run_evaluator.periodic(params, step, unwrap)
+            run.add({**record, "train_seconds": train_seconds})
       if step % t.checkpoint_every == 0 or step == t.steps:
         save(step)
         computed(step)
@@ -392,15 +506,26 @@ def _train_and_evaluate(config, source, model, workdir, store, devices) -> dict:
           f"(the checkpoint of step {t.steps} in {store.folder}); run the same command to "
           "evaluate", signum)
 
-  # Evaluation of every model: over the length range, or on the dataset's splits.
+  # Evaluation of every model: over the length range, or on the dataset's splits; the
+  # companions' eval.json first, so that this run's says that all are written.
   jax.block_until_ready(trainer.state)
   spent = clock.carry()
-  result = evaluator.final(_evaluation_params(trainer), trainer.members,
-                           np.asarray(trainer.state.nonfinite).tolist(),
-                           int(np.asarray(trainer.state.step)[0]),
-                           progress=config.progress and bar.terminal,
-                           before_each=stop_during_evaluation)
-  result = results.with_model(result, trainer.model)
-  result.update(spent)  # train_seconds and (where kept) train_cpu_seconds.
+  params = _evaluation_params(trainer)
+  diverged = np.asarray(trainer.state.nonfinite).tolist()
+  trained_to = int(np.asarray(trainer.state.step)[0])
+
+  def final(run_config, run_model, run_evaluator):
+    result = run_evaluator.final(params, trainer.members, diverged, trained_to,
+                                 progress=run_config.progress and bar.terminal,
+                                 before_each=stop_during_evaluation)
+    result = results.with_model(result, run_model)
+    result.update(spent)  # train_seconds and (where kept) train_cpu_seconds.
+    return result
+
+  for companion in sharing:
+    result = final(companion.config, companion.model, companion.evaluator)
+    result[SHARED_TRAINING] = os.path.relpath(workdir, companion.workdir)
+    io_utils.write_json(os.path.join(companion.workdir, "eval.json"), result)
+  result = final(config, trainer.model, evaluator)
   io_utils.write_json(os.path.join(workdir, "eval.json"), result)
   return result
