@@ -17,7 +17,11 @@ resumes unfinished ones from their checkpoints, so a sweep survives a dead
 worker or a killed driver; --dry_run prints what a run would do with each job
 and changes nothing. --reuse_from=FOLDER copies a finished job of another sweep folder
 whose settings equal those of a job that has not started (the copy's reused_from.json
-names its source) instead of training it again. Executors:
+names its source) instead of training it again. Jobs that differ only in evaluation
+settings (Su's +even variants) share one training: a job is evaluated on the training of
+the first earlier job of the run with its other settings (`share_training` in
+experiments/training/jobs.py; its eval.json names that job in `shared_training`).
+Executors:
   local (default): jobs in sequence, or --workers=N processes at once; a worker
       that dies is restarted on its job (up to --max_retries times).
   ray: one Ray task per job on an existing cluster (--ray_address) or a local
@@ -99,8 +103,8 @@ if __name__ == "__main__":
       "(to FOLDER.replaced-TIME) and run those jobs again.")
   _DRY_RUN = flags.DEFINE_boolean(
       "dry_run", False, "Print what the sweep would do with each job (skip a finished one, "
-      "write a missing job output, resume one from its checkpoints, start one, refuse a "
-      "folder of other settings) and exit without training or writing anything.")
+      "write a missing job output, resume one from its checkpoints, start one, evaluate "
+      "one on another's training, refuse a folder of other settings) and exit without training or writing anything.")
   _COMMIT_RESULTS = flags.DEFINE_boolean(
       "commit_results", False, "Commit each finished job's small files (config.json, "
       "eval.json, metrics.jsonl, its job outputs; never checkpoints) to the git repository "
@@ -115,6 +119,6 @@ if __name__ == "__main__":
       "'stack_manipulation/*,*/rope+exp'): run (or --dry_run) only the jobs they match.")
   _MAX_JOBS = flags.DEFINE_integer(
       "max_jobs", None, "Train at most this many unfinished jobs (the first in the sweep's "
-      "order), then stop: the share of a long sweep that fits a session; the same command "
-      "runs the next ones.")
+      "order; a job evaluated on another's training counts with it), then stop: the share "
+      "of a long sweep that fits a session; the same command runs the next ones.")
   cli.run(main)
