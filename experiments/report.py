@@ -43,7 +43,10 @@ Experiments of the paper's appendix name their report in the sweep config
              runs moved aside (NAME.replaced-WHEN, an earlier protocol) beside them;
              where both twins of a family ran (NAME, randomized_NAME), ordering.md's
              verdict at every step evaluated during training, a table per family and
-             figures/ordering_during_training.png
+             figures/ordering_during_training.png; per task, how far the learned
+             models' unseen accuracy moved between evaluations, the part a job's seeds
+             share and each seed's own (experiments/analysis/motion.py). Any sweep
+             whose jobs evaluate during training has this view: --kind=study
   ito        (--kind=ito, a folder of Latin-square runs) Ito et al.'s Tables 1-6 beside
              ours, as python -m experiments.ito_report writes them
 Every kind whose models have scores (all but ito) also writes

@@ -16,6 +16,7 @@ import numpy as np
 from experiments import cli
 from experiments.analysis import figures
 from experiments.analysis import ito_tables
+from experiments.analysis import motion
 from experiments.analysis import order_blind
 from experiments.storage import io_utils
 from experiments.storage import workdir as workdir_lib
@@ -1477,6 +1478,56 @@ def plot_ordering_during_training(rows, path: str) -> None:
   figures.save(plt, fig, path, fit_outside=True)
 
 
+def motion_rows(sweep_dir: str, results: dict, tasks, names) -> list[dict]:
+  """Per task, how far its learned models' unseen-length accuracy moved between
+  consecutive evaluations during training and how much of it a job's seeds shared
+  (`motion.decompose` over the transitions of the task's jobs in `names`, at the best
+  learning rate, with every seed at >= TRAINED on its training lengths at both ends):
+  [{"task", "jobs" (those with transitions), "transitions", "interval" (steps between
+  the evaluations, "A" or "A-B"), "trend", "own", "shared", "final_std" (the final
+  evaluation's std over seeds, as in variants.md and ordering.md, averaged over the
+  task's finished jobs of two or more seeds whose models learned), "final_jobs"}]."""
+  rows = []
+  for task in tasks:
+    changes, jobs, intervals, final = [], 0, set(), []
+    for name in names:
+      result = results.get((task, name))
+      if result is None:
+        continue
+      value = variant_value(result)
+      if value is not None and value[2] >= 2 and (value[3] or 0) >= TRAINED:
+        final.append(value[1])
+      seen = evaluations_during_training(sweep_dir, task, name, result)
+      if seen is None:
+        continue
+      mine = motion.transitions(seen["train"], seen["unseen"], TRAINED)
+      if mine:
+        jobs += 1
+        changes += mine
+        intervals.update(np.diff(seen["steps"]).tolist())
+    parts = motion.decompose(changes)
+    if parts is None:
+      continue
+    rows.append({"task": task, "jobs": jobs, **parts,
+                 "interval": "-".join(str(i) for i in sorted({min(intervals), max(intervals)})),
+                 "final_std": float(np.mean(final)) if final else None,
+                 "final_jobs": len(final)})
+  return rows
+
+
+def motion_markdown(rows) -> str:
+  """The rows of `motion_rows` as a table, a row per task."""
+  lines = ["| task | jobs | transitions | steps apart | trend | own | shared | "
+           "final std over seeds (jobs) |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|"]
+  for r in rows:
+    final = (MISSING if r["final_std"] is None
+             else f"{r['final_std']:.1f} ({r['final_jobs']})")
+    lines.append(f"| {r['task']} | {r['jobs']} | {r['transitions']} | {r['interval']} | "
+                 f"{r['trend']:+.1f} | {r['own']:.1f} | {r['shared']:.1f} | {final} |")
+  return "\n".join(lines)
+
+
 def _first_step(curve: dict, key: str, threshold: float):
   for step, value in zip(curve["steps"], curve[key]):
     if value >= threshold:
@@ -1496,7 +1547,8 @@ def write_study_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
   order = sweep_variants(sweep_dir, results) or []
   earlier = load_sweep(sweep_dir, moved_aside=True)
   tasks = _ordered({t for t, _ in results}, list(paper["task_levels"]))
-  names = _ordered({v for _, v in results}, order) + sorted({v for _, v in earlier})
+  jobs_now = _ordered({v for _, v in results}, order)
+  names = jobs_now + sorted({v for _, v in earlier})
   results = {**results, **earlier}
   lines = ["## Learning-speed study", "",
            "Accuracy in %: mean over seeds at the best learning rate, averaged over the "
@@ -1540,6 +1592,23 @@ def write_study_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
               "not the final evaluation.", "", ordering_during_training_markdown(during)]
     plot_ordering_during_training(during, os.path.join(out_dir, figures.FOLDER,
                                                        "ordering_during_training.png"))
+  moved = motion_rows(sweep_dir, results, tasks, jobs_now)
+  if moved:
+    lines += ["", "### How far learned models move between evaluations", "",
+              "A job's seeds train on the same batches, so their std at the final "
+              "evaluation (the one the verdicts compare gains with) sees what differs "
+              "between the seeds, not what the batches do to all of them. The evaluations "
+              "during training (the same sequences each time) see both. Per task, over "
+              "its jobs' consecutive evaluations at which every seed had learned its "
+              f"training lengths (>= {TRAINED:.0f}%) at both ends, each seed's change of "
+              "unseen-length accuracy in points: trend, the mean change; own, the std of "
+              "the part of each seed's own; shared, the std of the part common to a job's "
+              "seeds, about the trend (experiments/analysis/motion.py). If the deviations "
+              "at successive evaluations were independent, a final evaluation would stray "
+              "from its course by about own / √2 for each seed and shared / √2 for all "
+              "the seeds of its job together, beside the final std over seeds "
+              "(mean over the task's jobs whose models learned).", "",
+              motion_markdown(moved)]
   md = "\n".join(lines)
   _write_both(out_dir, "study", md, rows)
   for task in tasks:
@@ -1558,7 +1627,7 @@ def write_study_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
     figures.save(plt, fig, os.path.join(out_dir, figures.FOLDER, f"{task}.png"),
                  fit_outside=True)  # The legend stands beside the panels.
   return {"kind": "study", "tasks": tasks, "variants": names, "curves": curves,
-          "ordering_during_training": during, "table": md, "text": md}
+          "ordering_during_training": during, "motion": moved, "table": md, "text": md}
 
 
 def _variants_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
