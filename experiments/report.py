@@ -42,7 +42,8 @@ Experiments of the paper's appendix name their report in the sweep config
              figures/TASK.png: learning curves against steps and training seconds;
              runs moved aside (NAME.replaced-WHEN, an earlier protocol) beside them;
              where both twins of a family ran (NAME, randomized_NAME), ordering.md's
-             verdict at every step evaluated during training, a table per family and
+             verdict at every step evaluated during training and on each seed's
+             accuracy averaged over the last 3 of them, a table per family and
              figures/ordering_during_training.png; per task, how far the learned
              models' unseen accuracy moved between evaluations, the part a job's seeds
              share and each seed's own (experiments/analysis/motion.py). Any sweep

@@ -6,7 +6,7 @@ import pytest
 
 from experiments.analysis import motion
 from experiments.analysis import tables as report
-from tests.test_paper_experiments import _job, _model, _table
+from tests.test_paper_experiments import _evaluations, _job, _model, _table
 
 
 def test_decompose_by_hand():
@@ -63,20 +63,16 @@ def test_the_study_report_splits_its_jobs_changes(tmp_path):
   config = {"sweep": {"report": "study"}}
   curve = [1.0, 1.0, 0.5, 0.5]
 
-  def evaluations(trains, unseens):
-    return [{"step": 1000 * (i + 1), "train_seconds": 10 * (i + 1),
-             "evaluation": {"train_range": t, "unseen": u}}
-            for i, (t, u) in enumerate(zip(trains, unseens))]
-
   ones = [1.0, 1.0]
   _job(sweep_dir, "reverse_string", "relative",
        [_model(0, 1e-3, 0.5, curve), _model(1, 1e-3, 0.75, curve)], config,
-       metrics=evaluations([[0.5, 0.9], ones, ones, ones],
-                           [[0.1, 0.9], [0.5, 0.5], [0.52, 0.54], [0.5, 0.5]]))
+       metrics=_evaluations([[0.5, 0.9], ones, ones, ones],
+                            [[0.1, 0.9], [0.5, 0.5], [0.52, 0.54], [0.5, 0.5]], every=1000))
   # A learning rate the final evaluation did not pick: its model is left out.
   _job(sweep_dir, "reverse_string", "randomized_relative",
        [_model(0, 1e-3, 0.6, curve), _model(0, 1e-4, 0.1, curve), _model(1, 1e-3, 0.6, curve)],
-       config, metrics=evaluations([[1.0, 1.0, 1.0]] * 2, [[0.6, 0.0, 0.6], [0.7, 1.0, 0.66]]))
+       config, metrics=_evaluations([[1.0, 1.0, 1.0]] * 2, [[0.6, 0.0, 0.6], [0.7, 1.0, 0.66]],
+                                   every=1000))
   out = report.write_report(str(sweep_dir))
   assert out["kind"] == "study"
   expected = motion.decompose([[2.0, 4.0], [-2.0, -4.0], [10.0, 6.0]])

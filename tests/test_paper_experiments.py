@@ -130,6 +130,15 @@ def _job(sweep_dir, task, name, models, config=None, metrics=None, **extra):
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in metrics))
 
 
+def _evaluations(trains, unseens, every=100, seconds=None):
+  """Records of evaluations during training, one every `every` steps: per model the
+  training-length and unseen-length accuracy; training seconds 10 a step unless given."""
+  seconds = seconds or [10 * (i + 1) for i in range(len(trains))]
+  return [{"step": every * (i + 1), "train_seconds": s,
+           "evaluation": {"train_range": t, "unseen": u}}
+          for i, (t, u, s) in enumerate(zip(trains, unseens, seconds))]
+
+
 def _table(md):
   return [[c.strip() for c in line.split("|")[1:-1]] for line in md.splitlines()
           if line.startswith("| ") and not line.startswith("|---")]
@@ -361,18 +370,14 @@ def test_study_report_learning_curves_and_runs_moved_aside(tmp_path):
   config = {"sweep": {"report": "study"}}
   curve = [1.0, 1.0, 0.5, 0.5]
 
-  def evaluations(trains, unseens, seconds):
-    return [{"step": 100 * (i + 1), "train_seconds": s,
-             "evaluation": {"train_range": t, "unseen": u}}
-            for i, (t, u, s) in enumerate(zip(trains, unseens, seconds))]
-
   _job(sweep_dir, "reverse_string", "A-relative",
        [_model(0, 1e-3, 0.6, curve), _model(1, 1e-3, 0.7, curve)], config,
-       metrics=evaluations([[0.9, 0.96], [0.97, 0.99]], [[0.5, 0.6], [0.7, 0.5]], [10, 20]))
+       metrics=_evaluations([[0.9, 0.96], [0.97, 0.99]], [[0.5, 0.6], [0.7, 0.5]],
+                            seconds=[10, 20]))
   _job(sweep_dir, "reverse_string", "A-relative.replaced-20261126-batch128",
        [_model(0, 1e-3, 0.4, curve), _model(1, 1e-3, 0.5, curve)], config,
-       metrics=evaluations([[0.5, 0.7], [0.8, 0.9], [0.95, 0.97]],
-                           [[0.3, 0.3], [0.4, 0.6], [0.5, 0.5]], [30, 60, 90]))
+       metrics=_evaluations([[0.5, 0.7], [0.8, 0.9], [0.95, 0.97]],
+                            [[0.3, 0.3], [0.4, 0.6], [0.5, 0.5]], seconds=[30, 60, 90]))
   out = report.write_report(str(sweep_dir))
   assert out["kind"] == "study"
   rows = _table(out["table"])
@@ -399,21 +404,16 @@ def test_study_report_gives_the_ordering_at_every_step_evaluated_during_training
   curve = [1.0, 1.0, 0.5, 0.5]
   models = [_model(0, 1e-3, 0.6, curve), _model(1, 1e-3, 0.7, curve)]
 
-  def evaluations(trains, unseens):
-    return [{"step": 100 * (i + 1), "train_seconds": 10 * (i + 1),
-             "evaluation": {"train_range": t, "unseen": u}}
-            for i, (t, u) in enumerate(zip(trains, unseens))]
-
   ones = [1.0, 1.0]
   # Binary fractions, so that the gains and stds are exact: 6.25 against a std of 6.25
   # is within one std, not above it.
-  _job(sweep_dir, "reverse_string", "relative", models, config, metrics=evaluations(
+  _job(sweep_dir, "reverse_string", "relative", models, config, metrics=_evaluations(
       [[0.9, 1.0], ones, ones, ones], [[0.5, 0.5], [0.5, 0.625], [0.5, 0.5], [0.75, 0.75]]))
   _job(sweep_dir, "reverse_string", "randomized_relative", models, config,
-       metrics=evaluations([[0.9, 0.96], ones, ones, ones],
-                           [[0.5, 0.5], [0.5625, 0.6875], [0.75, 0.8125], [0.5, 0.5]]))
+       metrics=_evaluations([[0.9, 0.96], ones, ones, ones],
+                            [[0.5, 0.5], [0.5625, 0.6875], [0.75, 0.8125], [0.5, 0.5]]))
   _job(sweep_dir, "even_pairs", "relative", models, config,
-       metrics=evaluations([ones], [[0.5, 0.5]]))
+       metrics=_evaluations([ones], [[0.5, 0.5]]))
   _job(sweep_dir, "even_pairs", "randomized_relative", models, config)  # No evaluations.
   out = report.write_report(str(sweep_dir))
   assert out["kind"] == "study"
@@ -424,12 +424,49 @@ def test_study_report_gives_the_ordering_at_every_step_evaluated_during_training
   np.testing.assert_allclose([r["gain"] for r in rows], [0.0, 6.25, 28.125, -25.0])
   text = out["table"]
   section = text[text.index("### The ordering during training"):]
-  assert ("relative → randomized_relative:\n\n| task | 100 | 200 | 300 | 400 |\n"
-          "|---|---:|---:|---:|---:|\n"
-          "| reverse_string | † +0.0 | ≈ +6.2 | ✓ +28.1 | ✗ -25.0 |") in section
+  assert ("relative → randomized_relative:\n\n"
+          "| task | 100 | 200 | 300 | 400 | mean of the last 3 |\n"
+          "|---|---:|---:|---:|---:|---:|\n"
+          "| reverse_string | † +0.0 | ≈ +6.2 | ✓ +28.1 | ✗ -25.0 | ") in section
+  # The last column: each seed averaged over steps 200-400, (58.3, 62.5) against (60.4,
+  # 66.7): +3.125, as large as the twin's std (a tie up to rounding: either mark).
+  [late] = out["ordering_late"]
+  assert late["steps"] == [200, 300, 400] and late["gain"] == pytest.approx(3.125)
+  assert late["verdict"] in ("within one std", "holds")
   assert "even_pairs" not in section
   figure = os.path.join(out["out_dir"], "figures", "ordering_during_training.png")
   assert os.path.getsize(figure) > 1000
+
+
+def test_the_ordering_over_the_last_evaluations_averages_each_seed(tmp_path):
+  """`ordering_late`: the verdict on each seed's accuracy averaged over the last three
+  steps both twins were evaluated at (not over all of them, not over the seeds first): a
+  last evaluation that dips reverses the step's verdict but not the average's."""
+  sweep_dir = tmp_path / "sweep"
+  config = {"sweep": {"report": "study"}}
+  curve = [1.0, 1.0, 0.5, 0.5]
+  models = [_model(0, 1e-3, 0.6, curve), _model(1, 1e-3, 0.7, curve)]
+
+  ones, low = [1.0, 1.0], [0.5, 0.5]
+  # The classic twin at 0.5 throughout; the randomized one at 0.75 (seed 0) and 0.6875
+  # (seed 1) but for its last evaluation, 0.25 for both, and at 0.0 at step 100, before
+  # the last three and before either twin had learned. Over steps 200-400 its seeds
+  # average 58.33 and 54.17: 56.25 ± 2.08 against 50.0 ± 0, a gain of +6.25 that holds;
+  # the std of all six values (22.7) would make it "within one std", and all four steps
+  # would count a step whose models had not learned.
+  _job(sweep_dir, "reverse_string", "relative", models, config,
+       metrics=_evaluations([low, ones, ones, ones], [low, low, low, low]))
+  _job(sweep_dir, "reverse_string", "randomized_relative", models, config,
+       metrics=_evaluations([low, ones, ones, ones],
+                            [[0.0, 0.0], [0.75, 0.6875], [0.75, 0.6875], [0.25, 0.25]]))
+  out = report.write_report(str(sweep_dir))
+  steps = {r["step"]: r["verdict"] for r in out["ordering_during_training"]}
+  assert steps == {100: "not learned", 200: "holds", 300: "holds", 400: "reversed"}
+  [late] = out["ordering_late"]
+  assert late["steps"] == [200, 300, 400] and late["verdict"] == "holds"
+  assert late["gain"] == pytest.approx(6.25)
+  rows = [line for line in out["table"].splitlines() if line.startswith("| reverse_string |")]
+  assert any(line.endswith("| ✗ -25.0 | ✓ +6.2 |") for line in rows)
 
 
 def test_the_randomized_twin_of_an_encoding_and_of_a_studys_variant():

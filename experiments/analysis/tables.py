@@ -1402,14 +1402,10 @@ def randomized_twin(name: str, names) -> str | None:
   return None
 
 
-def ordering_during_training(sweep_dir: str, results: dict, tasks, names) -> list[dict]:
-  """`ordering_rows`' verdict at every step where both twins (a variant and its
-  `randomized_twin`, both in `names`) were evaluated during training: [{"task", "family"
-  (the classic variant's name), "twin", "step", "gain", "verdict"}], from the evaluations
-  in metrics.jsonl (mean and std over the seeds at each job's best final learning rate).
-  Those evaluations draw their own sequences (the protocol's periodic batch and buckets),
-  so the last step's verdict may differ from the final evaluation's."""
-  rows = []
+def _twins_during_training(sweep_dir: str, results: dict, tasks, names):
+  """(task, family, twin, [classic's, twin's] `evaluations_during_training`, the steps
+  at which both were evaluated) for every twin pair of `names` (a variant and its
+  `randomized_twin`) whose jobs both evaluated during training."""
   for task in tasks:
     for family in names:
       twin = randomized_twin(family, names)
@@ -1420,32 +1416,81 @@ def ordering_during_training(sweep_dir: str, results: dict, tasks, names) -> lis
               for r, n in zip(pair, (family, twin))]
       if any(s is None for s in seen):
         continue
-      at = [dict(zip(s["steps"], range(len(s["steps"])))) for s in seen]
-      for step in sorted(set(at[0]) & set(at[1])):
-        unseen = [(float(s["unseen"][a[step]].mean()), float(s["unseen"][a[step]].std()))
-                  for s, a in zip(seen, at)]
-        trained = [float(s["train"][a[step]].mean()) for s, a in zip(seen, at)]
-        gain, verdict = ordering_verdict(*unseen, trained)
-        rows.append({"task": task, "family": family, "twin": twin, "step": step,
-                     "gain": gain, "verdict": verdict})
+      yield task, family, twin, seen, sorted(set(seen[0]["steps"]) & set(seen[1]["steps"]))
+
+
+def _verdict_over(seen, steps) -> tuple[float | None, str]:
+  """`ordering_verdict` of two twins' evaluations during training, each seed's accuracy
+  averaged over `steps` (one step: its evaluation)."""
+  unseen, trained = [], []
+  for s in seen:
+    rows = [s["steps"].index(step) for step in steps]
+    per_seed = s["unseen"][rows].mean(axis=0)
+    unseen.append((float(per_seed.mean()), float(per_seed.std())))
+    trained.append(float(s["train"][rows].mean()))
+  return ordering_verdict(*unseen, trained)
+
+
+def ordering_during_training(sweep_dir: str, results: dict, tasks, names) -> list[dict]:
+  """`ordering_rows`' verdict at every step where both twins (a variant and its
+  `randomized_twin`, both in `names`) were evaluated during training: [{"task", "family"
+  (the classic variant's name), "twin", "step", "gain", "verdict"}], from the evaluations
+  in metrics.jsonl (mean and std over the seeds at each job's best final learning rate).
+  Those evaluations draw their own sequences (the protocol's periodic batch and buckets),
+  so the last step's verdict may differ from the final evaluation's."""
+  rows = []
+  for task, family, twin, seen, steps in _twins_during_training(sweep_dir, results, tasks,
+                                                                names):
+    for step in steps:
+      gain, verdict = _verdict_over(seen, [step])
+      rows.append({"task": task, "family": family, "twin": twin, "step": step,
+                   "gain": gain, "verdict": verdict})
   return rows
 
 
-def ordering_during_training_markdown(rows) -> str:
+# How many of the last evaluations during training `ordering_late` averages.
+LATE_EVALUATIONS = 3
+
+
+def ordering_late(sweep_dir: str, results: dict, tasks, names,
+                  count: int = LATE_EVALUATIONS) -> list[dict]:
+  """`ordering_rows`' verdict on each seed's accuracies averaged over the last `count`
+  steps at which both twins were evaluated during training (fewer if there are fewer):
+  [{"task", "family", "twin", "steps", "gain", "verdict"}]. A learned model's
+  unseen-length accuracy moves between evaluations (`motion_rows`), so one evaluation is
+  a moment of it; the average over the last few is a reading less tied to that moment
+  (for a model still improving, a little below its last value)."""
+  rows = []
+  for task, family, twin, seen, steps in _twins_during_training(sweep_dir, results, tasks,
+                                                                names):
+    if steps:
+      gain, verdict = _verdict_over(seen, steps[-count:])
+      rows.append({"task": task, "family": family, "twin": twin, "steps": steps[-count:],
+                   "gain": gain, "verdict": verdict})
+  return rows
+
+
+def ordering_during_training_markdown(rows, late=()) -> str:
   """One table per family: a row per task, a column per evaluated step, each cell the
-  verdict's mark and the gain in points."""
+  verdict's mark and the gain in points; with `late` (`ordering_late`'s rows), a last
+  column of their verdicts over the last evaluations."""
   parts = []
+  late = {(r["task"], r["family"]): r for r in late}
+  count = max((len(r["steps"]) for r in late.values()), default=0)
+  mark = lambda r: f"{VERDICT_MARKS[r['verdict']]} {r['gain']:+.1f}"  # pylint: disable=unnecessary-lambda-assignment
   for family in dict.fromkeys(r["family"] for r in rows):
     mine = [r for r in rows if r["family"] == family]
     steps = sorted({r["step"] for r in mine})
-    cells = {(r["task"], r["step"]): f"{VERDICT_MARKS[r['verdict']]} {r['gain']:+.1f}"
-             for r in mine}
+    cells = {(r["task"], r["step"]): mark(r) for r in mine}
+    extra = [f"mean of the last {count}"] if late else []
     lines = [f"{family} → {mine[0]['twin']}:", "",
-             "| task | " + " | ".join(str(s) for s in steps) + " |",
-             "|---|" + "---:|" * len(steps)]
+             "| task | " + " | ".join([str(s) for s in steps] + extra) + " |",
+             "|---|" + "---:|" * (len(steps) + len(extra))]
     for task in dict.fromkeys(r["task"] for r in mine):
-      lines.append(f"| {task} | " + " | ".join(cells.get((task, s), "")
-                                                for s in steps) + " |")
+      row = [cells.get((task, s), "") for s in steps]
+      if late:
+        row.append(mark(late[task, family]) if (task, family) in late else "")
+      lines.append(f"| {task} | " + " | ".join(row) + " |")
     parts.append("\n".join(lines))
   return "\n\n".join(parts)
 
@@ -1582,6 +1627,7 @@ def write_study_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
                    f"{fmt(seconds, 0)} |")
       rows.append([task, name, result.get("step"), train, unseen, first, best, seconds])
   during = ordering_during_training(sweep_dir, results, tasks, names)
+  late = ordering_late(sweep_dir, results, tasks, names)
   if during:
     lines += ["", "### The ordering during training", "",
               "Each classic encoding against its randomized twin at every step where both "
@@ -1589,7 +1635,11 @@ def write_study_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
               "minus classic, means over the seeds) and the verdict of ordering.md "
               f"({', '.join(f'{m} {v}' for v, m in VERDICT_MARKS.items())}). These "
               "evaluations are the protocol's periodic ones (their own batch of sequences), "
-              "not the final evaluation.", "", ordering_during_training_markdown(during)]
+              "not the final evaluation. The last column gives the verdict on each seed's "
+              f"accuracies averaged over the last {LATE_EVALUATIONS} of those steps: a "
+              "learned model's unseen accuracy moves between evaluations (below), and one "
+              "evaluation is a moment of it.", "",
+              ordering_during_training_markdown(during, late)]
     plot_ordering_during_training(during, os.path.join(out_dir, figures.FOLDER,
                                                        "ordering_during_training.png"))
   moved = motion_rows(sweep_dir, results, tasks, jobs_now)
@@ -1627,7 +1677,8 @@ def write_study_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
     figures.save(plt, fig, os.path.join(out_dir, figures.FOLDER, f"{task}.png"),
                  fit_outside=True)  # The legend stands beside the panels.
   return {"kind": "study", "tasks": tasks, "variants": names, "curves": curves,
-          "ordering_during_training": during, "motion": moved, "table": md, "text": md}
+          "ordering_during_training": during, "ordering_late": late, "motion": moved,
+          "table": md, "text": md}
 
 
 def _variants_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
