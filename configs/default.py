@@ -57,6 +57,11 @@ def get_config(arg=None):
   config.training.min_length = 1  # Each step draws one length uniformly from
   config.training.max_length = 40  # [min_length, max_length] for the whole batch.
   config.training.log_every = 1000
+  # Stop at the first evaluation during training (evaluation.every_steps) at which the
+  # seeds of some learning rate average at least this accuracy on the training lengths
+  # (0 < A <= 1), and evaluate there; 0: train all `steps`. The models it stops with are
+  # those of the run without it at that step (experiments/training/learned.py).
+  config.training.stop_when_learned = 0.0
   config.training.checkpoint_every = 10_000
   config.training.checkpoints_to_keep = 2
   config.training.prefetch = 4  # Batches generated ahead by a background thread.

@@ -17,6 +17,11 @@ defined in one place: `--config=configs/EXPERIMENT.py:scale=NAME`.
          21..80, L = 512; odds_first 12,000 steps; duplicate_string 12,000 steps of
          batch 64 (CPU_TASK_OVERRIDES, set as the sweep's `task_overrides`).
 
+Any scale may stop each job where its models have learned their training lengths:
+`--config.training.stop_when_learned=0.95` (experiments/training/learned.py). At `cpu`
+that halves the Table 1 core's training hours; what it gives is read from the committed
+runs (the "Stopping when learned" section of each study view, docs/cpu_protocol.md).
+
 `parse(arg)` reads the scale from a config argument; `apply(config, scale)` sets the
 scale's settings on a config of configs/default.py (the sweep's tasks and variants are the
 experiment's, which may read CPU_TASKS).

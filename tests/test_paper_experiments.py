@@ -469,6 +469,48 @@ def test_the_ordering_over_the_last_evaluations_averages_each_seed(tmp_path):
   assert any(line.endswith("| ✗ -25.0 | ✓ +6.2 |") for line in rows)
 
 
+def test_stopping_when_learned_reads_each_twin_where_its_seeds_learned(tmp_path):
+  """`stopping_rows`: each job as `training.stop_when_learned=0.95` would have stopped it,
+  the first evaluation whose seeds average 95% on the training lengths (a seed at 96%
+  beside one at 93% is not yet), its seeds' accuracy there, the training seconds to it,
+  and the verdict on those; a job whose seeds never average 95% runs to its end (†)."""
+  sweep_dir = tmp_path / "sweep"
+  config = {"sweep": {"report": "study"}}
+  curve = [1.0, 1.0, 0.5, 0.5]
+  models = [_model(0, 1e-3, 0.6, curve), _model(1, 1e-3, 0.7, curve)]
+  ones, low, half = [1.0, 1.0], [0.5, 0.5], [0.5, 0.5]
+  hour = lambda hours: [3600 * h for h in hours]  # pylint: disable=unnecessary-lambda-assignment
+  _job(sweep_dir, "reverse_string", "relative", models, config, train_seconds=3600 * 4,
+       metrics=_evaluations([low, ones, ones, ones], [half, half, [0.9, 0.9], half],
+                            seconds=hour([0.25, 0.5, 0.75, 1.0])))
+  _job(sweep_dir, "reverse_string", "randomized_relative", models, config,
+       train_seconds=3600 * 8,
+       metrics=_evaluations([low, [0.96, 0.93], [0.96, 0.96], ones],
+                            [half, half, [0.75, 0.70], [0.2, 0.2]],
+                            seconds=hour([0.5, 1.0, 1.5, 2.0])))
+  _job(sweep_dir, "odds_first", "relative", models, config, train_seconds=3600,
+       metrics=_evaluations([ones, ones], [half, half], seconds=hour([0.5, 1.0])))
+  _job(sweep_dir, "odds_first", "randomized_relative", models, config, train_seconds=3600,
+       metrics=_evaluations([low, [0.9, 0.9]], [half, [0.6, 0.6]], seconds=hour([0.5, 1.0])))
+  out = report.write_report(str(sweep_dir))
+  rows = {r["task"]: r for r in out["stopping"]}
+  classic, twin = rows["reverse_string"]["jobs"]
+  assert (classic["step"], classic["learned"], classic["seconds"]) == (200, True, 1800)
+  assert (twin["step"], twin["learned"], twin["seconds"]) == (300, True, 5400)
+  assert twin["unseen"].tolist() == [75.0, 70.0] and twin["train"].tolist() == [96.0, 96.0]
+  assert rows["reverse_string"]["verdict"] == "holds"
+  assert rows["reverse_string"]["gain"] == pytest.approx(22.5)
+  classic, twin = rows["odds_first"]["jobs"]
+  assert (classic["step"], twin["step"], twin["learned"]) == (100, 200, False)
+  assert rows["odds_first"]["verdict"] == "not learned"
+  table = _table(out["table"].split("### Stopping when learned")[1].split("###")[0])
+  assert table[1] == ["reverse_string", "200 / 100.0 / 50.0 ± 0.0", "300 / 96.0 / 72.5 ± 2.5",
+                      "+22.5", "✓ holds", "2.00 / 12.00"]
+  assert table[2][2] == "200 († not learned) / 90.0 / 60.0 ± 0.0"
+  # Sums: 2.0 + 0.5 + 1.0 hours to the stops, 12 + 2 to the ends.
+  assert table[3] == ["all 2 tasks", "", "", "", "holds on 1", "3.50 / 14.00 (25%)"]
+
+
 def test_the_randomized_twin_of_an_encoding_and_of_a_studys_variant():
   names = ["relative", "randomized_relative", "A-rope", "A-randomized_rope", "B-rope",
            "relative.replaced-20261126-batch128",

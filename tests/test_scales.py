@@ -24,7 +24,8 @@ EXPERIMENTS = ("table1", "table3", "table5", "figure2", "figure3", "su")
 SNAPSHOT = os.path.join(os.path.dirname(__file__), "data", "job_configs.json.gz")
 # Settings added to configs/default.py after the snapshot, at their neutral values.
 ADDED_SINCE_SNAPSHOT = {"training.lr_schedule": "constant", "training.lr_warmup_steps": 0,
-                        "training.lr_decay_steps": 0, "grid.layout": "vmap"}
+                        "training.lr_decay_steps": 0, "grid.layout": "vmap",
+                        "training.stop_when_learned": 0.0}
 
 
 def _jobs(name, scale):

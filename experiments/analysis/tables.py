@@ -18,6 +18,7 @@ from experiments.analysis import figures
 from experiments.analysis import ito_tables
 from experiments.analysis import motion
 from experiments.analysis import order_blind
+from experiments.analysis import stopping
 from experiments.storage import io_utils
 from experiments.storage import workdir as workdir_lib
 from experiments.training import events
@@ -1470,6 +1471,69 @@ def ordering_late(sweep_dir: str, results: dict, tasks, names,
   return rows
 
 
+def stopping_rows(sweep_dir: str, results: dict, tasks, names,
+                  threshold: float = TRAINED / 100) -> list[dict]:
+  """Each twin pair (a variant and its `randomized_twin`, both in `names`, both with
+  evaluations during training) as `training.stop_when_learned = threshold` would have
+  stopped each job (`stopping.stopped_at`): [{"task", "family", "twin", "jobs" (the
+  classic's and the twin's `stopped_at`), "full_seconds" (their training seconds to the
+  end), "gain", "verdict" (`ordering_verdict` of the seeds at the stopping steps)}]."""
+  rows = []
+  for task, family, twin, _, _ in _twins_during_training(sweep_dir, results, tasks, names):
+    stopped = []
+    for name in (family, twin):
+      result = results[task, name]
+      members = [(m.get("seed"), m.get("learning_rate")) for m in result["models"]]
+      stopped.append(stopping.stopped_at(_job_records(sweep_dir, task, name) or [], members,
+                                         threshold))
+    if any(s is None for s in stopped):
+      continue
+    gain, verdict = ordering_verdict(
+        *[(float(s["unseen"].mean()), float(s["unseen"].std())) for s in stopped],
+        [float(s["train"].mean()) for s in stopped])
+    rows.append({"task": task, "family": family, "twin": twin, "jobs": stopped,
+                 "full_seconds": [results[task, n].get("train_seconds") for n in (family, twin)],
+                 "gain": gain, "verdict": verdict})
+  return rows
+
+
+def stopping_markdown(rows) -> str:
+  """One table per family: per task, where each twin would have stopped (step, training
+  and unseen accuracy there), the verdict, and the training hours to those steps against
+  the hours to the end; a last row with the sums and the count of verdicts that hold."""
+  out = []
+  for family in dict.fromkeys(r["family"] for r in rows):
+    mine = [r for r in rows if r["family"] == family]
+    twin = mine[0]["twin"]
+
+    def cell(job):
+      mark = "" if job["learned"] else f" ({UNTRAINED_MARK} not learned)"
+      return (f"{job['step']}{mark} / {job['train'].mean():.1f} / "
+              f"{job['unseen'].mean():.1f} ± {job['unseen'].std():.1f}")
+
+    lines = [f"{family} → {twin}:", "",
+             f"| task | {family}: step / train / unseen | {twin}: step / train / unseen | "
+             "gain | verdict | hours to the stops / to the end |",
+             "|---|---|---|---:|---|---:|"]
+    stops = ends = 0.0
+    for r in mine:
+      stop = sum(j["seconds"] for j in r["jobs"]) / 3600
+      end = (None if None in r["full_seconds"] else sum(r["full_seconds"]) / 3600)
+      stops += stop
+      ends += end or 0.0
+      gain = MISSING if r["gain"] is None else f"{r['gain']:+.1f}"
+      lines.append(f"| {r['task']} | {cell(r['jobs'][0])} | {cell(r['jobs'][1])} | {gain} | "
+                   f"{VERDICT_MARKS.get(r['verdict'], '')} {r['verdict']} | "
+                   f"{stop:.2f} / {MISSING if end is None else f'{end:.2f}'} |")
+    held = sum(r["verdict"] == "holds" for r in mine)
+    share = f" ({100 * stops / ends:.0f}%)" if ends else ""
+    tasks = f"{len(mine)} task{'' if len(mine) == 1 else 's'}"
+    lines.append(f"| all {tasks} | | | | holds on {held} | "
+                 f"{stops:.2f} / {ends:.2f}{share} |")
+    out.append("\n".join(lines))
+  return "\n\n".join(out)
+
+
 def ordering_during_training_markdown(rows, late=()) -> str:
   """One table per family: a row per task, a column per evaluated step, each cell the
   verdict's mark and the gain in points; with `late` (`ordering_late`'s rows), a last
@@ -1642,6 +1706,20 @@ def write_study_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
               ordering_during_training_markdown(during, late)]
     plot_ordering_during_training(during, os.path.join(out_dir, figures.FOLDER,
                                                        "ordering_during_training.png"))
+  stops = stopping_rows(sweep_dir, results, tasks, jobs_now)
+  if stops:
+    lines += ["", "### Stopping when learned", "",
+              f"What `training.stop_when_learned={TRAINED / 100:g}` would have given: each job "
+              "stopped at the first evaluation during training at which its seeds averaged "
+              f"{TRAINED:.0f}% on the training lengths, or trained all its steps if none did "
+              f"({UNTRAINED_MARK}). The rule reads evaluations only, so such a run's models "
+              "are these jobs' at that step (experiments/training/learned.py), and the "
+              "table reads them from the evaluation during training there (accuracy in %, "
+              "mean over the seeds; ± their std) and the training hours to it from the same "
+              "records. A stopped run's final evaluation would draw more sequences per "
+              "length (the protocol's evaluation.batch_size, not periodic_batch_size). "
+              "Twins stop at different steps: each is compared where it had learned.", "",
+              stopping_markdown(stops)]
   moved = motion_rows(sweep_dir, results, tasks, jobs_now)
   if moved:
     lines += ["", "### How far learned models move between evaluations", "",
@@ -1677,7 +1755,8 @@ def write_study_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
     figures.save(plt, fig, os.path.join(out_dir, figures.FOLDER, f"{task}.png"),
                  fit_outside=True)  # The legend stands beside the panels.
   return {"kind": "study", "tasks": tasks, "variants": names, "curves": curves,
-          "ordering_during_training": during, "ordering_late": late, "motion": moved,
+          "ordering_during_training": during, "ordering_late": late, "stopping": stops,
+          "motion": moved,
           "table": md, "text": md}
 
 

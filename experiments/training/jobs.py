@@ -30,6 +30,7 @@ from experiments.storage import results_git
 from experiments.storage import workdir as workdir_lib
 from experiments.training import compile_cache
 from experiments.training import data
+from experiments.training import learned
 from experiments.training import loop
 from experiments.training import stopping
 from experiments.training import validation
@@ -302,9 +303,16 @@ def _trained_status(job: Job) -> tuple[bool, str | None]:
     return False, ("evaluation settings changed ("
                    + workdir_lib.describe_differences(changed) + "); evaluating again")
   steps = job.config["training"]["steps"]
-  if result.get("step") != steps:
+  if result.get("step") != steps and not _stopped_within(result, steps):
     return False, f"eval.json is for step {result.get('step')}, the config says {steps}"
   return True, None
+
+
+def _stopped_within(result: dict, steps: int) -> bool:
+  """Whether eval.json is of a run that `training.stop_when_learned` stopped within
+  `steps` (the rule is part of the run's identity, so it would stop there again)."""
+  stopped = result.get(learned.STOPPED)
+  return stopped is not None and stopped == result.get("step") and stopped <= steps
 
 
 def is_finished(job: Job) -> bool:
@@ -662,6 +670,16 @@ def _run_ray(jobs, progress, job_fn, ray_address, gpus_per_job, max_retries):
       progress.finish(job, f"{type(e).__name__}: {str(e).splitlines()[0]}")
 
 
+def _finished_steps(job: Job, steps: int) -> str:
+  """How far a finished job trained: "N steps", or where the rule stopped it."""
+  try:
+    stopped = io_utils.read_json(os.path.join(job.workdir, "eval.json")).get(learned.STOPPED)
+  except (io_utils.CorruptFileError, OSError):
+    stopped = None
+  return (f"{steps} steps" if stopped is None else
+          f"learned at step {stopped} of {steps}: training.stop_when_learned stopped it")
+
+
 def _trained_to(workdir: str) -> int | None:
   """The last step metrics.jsonl records (None without one, or a damaged one): how far a
   stopped job got."""
@@ -707,7 +725,7 @@ def plan(config: ml_collections.ConfigDict, sweep_dir: str,
     steps = job.config["training"]["steps"]
     trained = _trained_to(job.workdir)
     if finished:
-      action, detail = "skip", f"finished ({steps} steps)"
+      action, detail = "skip", f"finished ({_finished_steps(job, steps)})"
     elif why and _trained_status(job)[0]:  # Trained; a job output is missing.
       action, detail = "outputs", f"{why} (no training)"
     elif why and why.startswith(_CHANGED):

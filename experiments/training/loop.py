@@ -46,6 +46,7 @@ from experiments.storage import checkpoints
 from experiments.training import data
 from experiments.training import evaluation
 from experiments.training import events
+from experiments.training import learned
 from experiments.training import results
 from experiments.storage import io_utils
 from experiments.training import steps
@@ -105,6 +106,13 @@ class Progress:
       print(f"{self.description}: step {step}/{self.total} "
             f"({100 * step / self.total:.0f}%), loss {loss:.4f}, accuracy {accuracy:.3f}, "
             f"{steps_per_second:.1f} steps/s", file=self.stream, flush=True)
+
+  def note(self, message: str) -> None:
+    """A line beside the progress (above the bar on a terminal)."""
+    if self.bar is not None:
+      self.bar.write(message, file=self.stream)
+    else:
+      print(message, file=self.stream, flush=True)
 
   def close(self) -> None:
     if self.bar is not None:
@@ -435,6 +443,15 @@ def _train_and_evaluate(config, source, model, workdir, store, devices, companio
   interval = MetricsInterval(carry)
   clock = TrainingClock.from_carry(carry)
   identity = workdir_lib.identity(config.to_dict())
+  stop_when = learned.threshold(config)
+
+  def has_learned(record):
+    return learned.learned(record["evaluation"]["train_range"], trainer.members, stop_when)
+
+  # The step at which `training.stop_when_learned` stopped training: a run resumed from
+  # the checkpoint of that step (stopped during its final evaluation) trains no further.
+  stopped = next((start for r in kept if r["step"] == start and "evaluation" in r
+                  and has_learned(r)), None) if start < t.steps else None
 
   def check_finite(step):
     diverged = np.asarray(trainer.state.nonfinite)
@@ -468,7 +485,7 @@ def _train_and_evaluate(config, source, model, workdir, store, devices, companio
 
   try:
     stop_if_requested(start)  # A request while the model was built or restored.
-    for step in range(start + 1, t.steps + 1):
+    for step in range(start + 1, (stopped or t.steps) + 1):
       trainer.state, metrics = trainer.step(trainer.state, trainer.seeds, prefetch.next())
       interval.add(metrics)
       in_flight.append((step, metrics))
@@ -486,13 +503,21 @@ def _train_and_evaluate(config, source, model, workdir, store, devices, companio
         train_seconds = clock.seconds()
         with clock.excluded():
           params = _evaluation_params(trainer)
+          own = None  # This run's record (the companions evaluate their own way).
           for run, run_evaluator in ([(records, evaluator)]
                                      + [(c.records, c.evaluator) for c in sharing]):
             record = run_evaluator.periodic(params, step, unwrap)
             run.add({**record, "train_seconds": train_seconds})
-      if step % t.checkpoint_every == 0 or step == t.steps:
+            own = own or record
+        if step < t.steps and has_learned(own):
+          stopped = step
+          bar.note(f"{config.task}: learned its training lengths at step {step} "
+                   f"(training.stop_when_learned={stop_when}): training stops here")
+      if step % t.checkpoint_every == 0 or step == t.steps or step == stopped:
         save(step)
         computed(step)
+      if step == stopped:
+        break
       stop_if_requested(step)
   finally:
     prefetch.close()
@@ -503,8 +528,8 @@ def _train_and_evaluate(config, source, model, workdir, store, devices, companio
     if signum is not None:
       raise stopping.Interrupted(
           f"stopped during the final evaluation, before its result; training is finished "
-          f"(the checkpoint of step {t.steps} in {store.folder}); run the same command to "
-          "evaluate", signum)
+          f"(the checkpoint of step {trained_to} in {store.folder}); run the same command "
+          "to evaluate", signum)
 
   # Evaluation of every model: over the length range, or on the dataset's splits; the
   # companions' eval.json first, so that this run's says that all are written.
@@ -520,6 +545,8 @@ def _train_and_evaluate(config, source, model, workdir, store, devices, companio
                                  before_each=stop_during_evaluation)
     result = results.with_model(result, run_model)
     result.update(spent)  # train_seconds and (where kept) train_cpu_seconds.
+    if stopped is not None:
+      result[learned.STOPPED] = stopped
     return result
 
   for companion in sharing:

@@ -15,6 +15,7 @@ import math
 import ml_collections
 
 from experiments.training import data
+from experiments.training import learned
 from experiments.training import members
 from experiments.training import memory
 from experiments.training import steps
@@ -193,6 +194,7 @@ def validate(config: ml_collections.ConfigDict, device_count: int = 1):
   model = steps.build_model(config, source.task)  # Model settings, encoding and samplers.
   steps.make_optimizer(config)  # The optimizer and its settings.
   source.check(model, device_count)  # Lengths, or the dataset's settings.
+  learned.check(config, isinstance(source, data.GeneratedBatches))  # Stopping when learned.
   return source, model
 
 
