@@ -71,9 +71,11 @@ def main(argv):
       compile_cache.enable(config.compilation_cache)
     except OSError as e:
       cli.fail(f"cannot use the compilation cache: {cli.one_line(e)}")
-    print(f"task {config.task}, {model.description}, "
-          f"{config.training.steps} steps on {jax.device_count()} {jax.default_backend()} "
-          f"device(s); writing to {workdir}", flush=True)
+    stop = config.training.get("stop_when_learned", 0)
+    steps = (f"at most {config.training.steps} steps (stopping when learned: "
+             f"{stop:g} on the training lengths)" if stop else f"{config.training.steps} steps")
+    print(f"task {config.task}, {model.description}, {steps} on {jax.device_count()} "
+          f"{jax.default_backend()} device(s); writing to {workdir}", flush=True)
     log_path = os.path.join(os.path.abspath(workdir), cli.LIBRARY_LOG)
     with cli.library_output_to(log_path) as library_log:
 
