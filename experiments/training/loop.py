@@ -446,7 +446,9 @@ def _train_and_evaluate(config, source, model, workdir, store, devices, companio
   stop_when = learned.threshold(config)
 
   def has_learned(record):
-    return learned.learned(record["evaluation"]["train_range"], trainer.members, stop_when)
+    # Off (0) for any run, e.g. a dataset's, whose evaluations score no training lengths.
+    return bool(stop_when) and learned.learned(record["evaluation"]["train_range"],
+                                               trainer.members, stop_when)
 
   # The step at which `training.stop_when_learned` stopped training: a run resumed from
   # the checkpoint of that step (stopped during its final evaluation) trains no further.
