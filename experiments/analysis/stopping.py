@@ -10,16 +10,7 @@ them; experiments/analysis/tables.py (`stopping_rows`) compares twins with it.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from experiments.training import learned
-
-
-def _per_model(value, count: int) -> np.ndarray:
-  values = np.atleast_1d(np.asarray(value, np.float64))
-  if len(values) != count:
-    raise ValueError(f"{len(values)} values for a grid of {count} models")
-  return values
 
 
 def stopped_at(records, members, threshold: float) -> dict | None:
@@ -36,11 +27,10 @@ def stopped_at(records, members, threshold: float) -> dict | None:
   step = learned.first_learned(evaluations, members, threshold)
   record = (evaluations[-1] if step is None
             else next(r for r in evaluations if r["step"] == step))
-  train = _per_model(record["evaluation"]["train_range"], len(members)) * 100
-  unseen = _per_model(record["evaluation"]["unseen"], len(members)) * 100
-  rates = list(dict.fromkeys(rate for _, rate in members))
-  columns = {rate: [i for i, (_, r) in enumerate(members) if r == rate] for rate in rates}
-  best = max(rates, key=lambda rate: train[columns[rate]].mean())  # First of equals.
+  train = learned.per_model(record["evaluation"]["train_range"], len(members)) * 100
+  unseen = learned.per_model(record["evaluation"]["unseen"], len(members)) * 100
+  columns = learned.by_rate(members)
+  best = max(columns, key=lambda rate: train[columns[rate]].mean())  # First of equals.
   return {"step": int(record["step"]), "learned": step is not None,
           "seconds": float(record["train_seconds"]), "learning_rate": best,
           "train": train[columns[best]], "unseen": unseen[columns[best]]}

@@ -61,19 +61,31 @@ def check(config, generated: bool) -> None:
                      "record ends)")
 
 
+def per_model(values, count: int) -> np.ndarray:
+  """float64 [count]: a record's values, one per model of the grid (one number for a
+  single model); ValueError if they are not one per model."""
+  values = np.atleast_1d(np.asarray(values, np.float64))
+  if len(values) != count:
+    raise ValueError(f"{len(values)} accuracies for a grid of {count} models")
+  return values
+
+
+def by_rate(members: Sequence[tuple[int, float]]) -> dict:
+  """{learning rate: the indices of its models}, rates in the grid's order."""
+  rates: dict = {}
+  for i, (_, rate) in enumerate(members):
+    rates.setdefault(rate, []).append(i)
+  return rates
+
+
 def learned(train_range, members: Sequence[tuple[int, float]], value: float) -> bool:
   """Whether an evaluation's accuracies on the training lengths (`train_range`: one per
   model of the grid, or one number for a single model) meet the rule: the mean over the
   seeds of some learning rate >= `value` (> 0; 0 is never)."""
   if not value:
     return False
-  accuracies = np.atleast_1d(np.asarray(train_range, np.float64))
-  if len(accuracies) != len(members):
-    raise ValueError(f"{len(accuracies)} accuracies for a grid of {len(members)} models")
-  by_rate: dict = {}
-  for (_, rate), accuracy in zip(members, accuracies):
-    by_rate.setdefault(rate, []).append(accuracy)
-  return max(float(np.mean(a)) for a in by_rate.values()) >= value
+  accuracies = per_model(train_range, len(members))
+  return max(float(accuracies[i].mean()) for i in by_rate(members).values()) >= value
 
 
 def first_learned(records, members, value: float) -> Optional[int]:
