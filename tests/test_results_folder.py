@@ -30,7 +30,11 @@ RESULTS = os.path.join(ROOT, "results")
 COMMITTED = {"cpu_study": ("configs.cpu_study", ("A", "B", "C", "D", "E", "F", "D12", "E12")),
              "table1_cpu": ("configs.table1", ("scale=cpu",)),
              "su_cpu": ("configs.su", ("scale=cpu",)),
-             "table3_cpu": ("configs.table3", ("scale=cpu",))}
+             "table3_cpu": ("configs.table3", ("scale=cpu",)),
+             # The relative pair of the Table 1 core, each job stopped where it had learned
+             # (docs/cpu_protocol.md): the same config with one override.
+             "table1_cpu_stopped": ("configs.table1", ("scale=cpu",),
+                                    {"training.stop_when_learned": 0.95})}
 SMALL_FILES = {"config.json", "eval.json", "metrics.jsonl"}
 
 
