@@ -12,10 +12,11 @@ eval.json last and atomically; then the files `sweep.job_outputs` names, JOB_OUT
 experiments/training/jobs.py, made from the job's checkpoints, e.g. the inputs of
 experiments.ito_analysis). --only=PATTERNS keeps the jobs whose TASK/VARIANT
 matches a shell pattern; --max_jobs=N trains at most N unfinished jobs and stops (a
-session's share of a sweep of many hours). Re-running the command skips finished jobs and
-resumes unfinished ones from their checkpoints, so a sweep survives a dead
-worker or a killed driver; --dry_run prints what a run would do with each job
-and changes nothing. --reuse_from=FOLDER copies a finished job of another sweep folder
+session's share of a sweep of many hours); `kill -USR1` of the driver (local executor)
+lets the running jobs finish and starts no other, leaving them to a later run.
+Re-running the command skips finished jobs and resumes unfinished ones from their
+checkpoints, so a sweep survives a dead worker or a killed driver; --dry_run prints
+what a run would do with each job and changes nothing. --reuse_from=FOLDER copies a finished job of another sweep folder
 whose settings equal those of a job that has not started (the copy's reused_from.json
 names its source) instead of training it again. Jobs that differ only in evaluation
 settings (Su's +even variants) share one training: a job is evaluated on the training of
@@ -75,7 +76,8 @@ def main(argv):
     sys.exit(cli.EXIT_FAILED)
   if progress.later:
     print(f"[sweep] {progress.done} of {progress.total + progress.later} jobs finished, "
-          f"{progress.later} left to a later run (--max_jobs); the same command runs them")
+          f"{progress.later} left to a later run (--max_jobs or {jobs.DRAIN_SIGNAL.name}); "
+          "the same command runs them")
     return
   print(f"[sweep] all {progress.total} jobs finished; report: "
         f"python -m experiments.report --sweep_dir={_SWEEP_DIR.value}")

@@ -56,3 +56,13 @@ def waiting_job(config_dict, workdir, companions=()):
     with open(os.path.join(workdir, "stopped"), "w") as f:
       f.write(str(stopping.requested()))
     raise stopping.Interrupted("stopped", stopping.requested())
+
+
+def draining_job(config_dict, workdir, companions=()):
+  """The first task's job asks its sweep driver (the worker's parent) to drain, as
+  `kill -USR1 DRIVER` does, and sends the same signal to its own worker (as a signal to
+  the whole process group would), then trains like counting_job."""
+  if config_dict["task"] == "reverse_string":
+    os.kill(os.getppid(), sweep.DRAIN_SIGNAL)
+    os.kill(os.getpid(), sweep.DRAIN_SIGNAL)
+  return counting_job(config_dict, workdir, companions)

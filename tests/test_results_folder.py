@@ -8,6 +8,7 @@ import importlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -20,6 +21,7 @@ from experiments.analysis import tables as report
 from experiments.storage import results_git
 from experiments.training import jobs as sweep
 from tests import entry_points
+from tests import sweep_helpers
 from tests.test_training import ENV
 from tests.test_training import tiny_config
 
@@ -85,6 +87,43 @@ def test_small_files_are_a_finished_sweep_and_a_report(tmp_path):
   _a_finished_job_of_another_folder_with_the_same_settings_is_copied(str(tmp_path / "exp"),
                                                                      tmp_path / "other")
   _only_and_max_jobs_choose_a_sessions_share(str(tmp_path / "exp"))
+
+
+def test_a_drain_signal_lets_the_running_job_finish_and_starts_no_other(tmp_path):
+  """`kill -USR1` of a sweep run in one process: the job running finishes, the others are
+  left to a later run (not failed), and the signal's previous handler is back."""
+  config = _config()
+  config.sweep.encodings = ("relative", "randomized_relative", "rope")
+  trained = []
+
+  def job(config_dict, workdir, companions):
+    del config_dict, companions
+    trained.append(os.path.basename(workdir))
+    os.kill(os.getpid(), sweep.DRAIN_SIGNAL)
+
+  before = signal.getsignal(sweep.DRAIN_SIGNAL)
+  progress = sweep.run_sweep(config, str(tmp_path / "exp"), job_fn=job)
+  assert trained == ["relative"]
+  assert (progress.total, progress.done, progress.later, progress.failed) == (1, 1, 2, [])
+  assert signal.getsignal(sweep.DRAIN_SIGNAL) is before
+
+
+def test_a_drain_signal_lets_the_running_workers_finish_and_starts_no_other(tmp_path):
+  """With two workers: both running jobs finish (their workers ignore the signal, which
+  a signal to the process group also sends them), the third is not started."""
+  config = _config()
+  config.sweep.tasks = ("reverse_string", "parity_check", "even_pairs")
+  config.sweep.encodings = ("randomized_relative",)
+  sweep_dir = str(tmp_path / "exp")
+  progress = sweep.run_sweep(config, sweep_dir, workers=2, max_retries=0,
+                             job_fn=sweep_helpers.draining_job)
+  assert (progress.total, progress.done, progress.later, progress.failed) == (2, 2, 1, [])
+  jobs = sweep.make_jobs(config, sweep_dir)
+  assert [sweep.is_finished(j) for j in jobs[:2]] == [True, True]
+  assert not os.path.exists(jobs[2].workdir)
+  assert [j.name for j in jobs] == ["reverse_string/randomized_relative",
+                                    "parity_check/randomized_relative",
+                                    "even_pairs/randomized_relative"]
 
 
 def test_the_ordering_figure_draws_every_cell_of_the_ordering_rows(tmp_path):

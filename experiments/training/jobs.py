@@ -18,6 +18,7 @@ import re
 import shutil
 import signal
 import sys
+import threading
 import time
 from typing import Callable
 
@@ -494,6 +495,7 @@ def _worker(job_fn, config: dict, workdir: str, companions, parent_pid: int,
     except OSError:
       pass  # The driver is gone.
 
+  signal.signal(DRAIN_SIGNAL, signal.SIG_IGN)  # Meant for the driver (`draining`).
   _stop_with_parent(parent_pid)
   try:
     with stopping.graceful():  # The training loop's own `graceful()` joins this one.
@@ -515,7 +517,7 @@ class Progress:
     self.total, self.done, self.workers = total, already_done, max(1, workers)
     self.on_finished = on_finished  # Called with every job that finished (not failed).
     self.failed = []
-    self.later = 0  # Jobs to run that this run leaves to the next (--max_jobs).
+    self.later = 0  # Jobs to run that this run leaves to the next (--max_jobs, drain).
     self._durations = []
     self._started = {}
 
@@ -545,6 +547,16 @@ class Progress:
     names = ", ".join(m.name for m in job.members)
     print(f"[sweep] stopped {names} after {elapsed:.0f} s: {how}", flush=True)
 
+  def leave(self, trainings):
+    """The `trainings` (not started) are left to a later run: a drain request."""
+    members = [m.name for t in trainings for m in t.members]
+    if not members:
+      return
+    self.total -= len(members)
+    self.later += len(members)
+    print(f"[sweep] {DRAIN_SIGNAL.name}: the running jobs finish, {len(members)} not "
+          f"started are left to a later run: {', '.join(members)}", flush=True)
+
   def report(self):
     running = sum(count for _, count in self._started.values())
     left = self.total - self.done - running - len(self.failed)
@@ -560,29 +572,65 @@ class SweepInterrupted(Exception):
   """The sweep stopped at Ctrl-C; running jobs saved their state."""
 
 
+# `kill -USR1 DRIVER_PID`: the running jobs finish (and are committed), no other starts;
+# those are left to a later run like --max_jobs's. For ending a session's share of a long
+# sweep without losing the running jobs (Ctrl-C stops them at their last checkpoint).
+DRAIN_SIGNAL = signal.SIGUSR1
+
+
+class _Drain:
+  """Inside `with _Drain() as drain:`, DRAIN_SIGNAL sets `drain.requested` (main thread
+  only: elsewhere, e.g. under a test runner's thread, the signal keeps its default)."""
+
+  def __init__(self):
+    self.requested = False
+    self._previous = None
+
+  def _handler(self, signum, frame):  # pylint: disable=unused-argument
+    self.requested = True
+
+  def __enter__(self):
+    if threading.current_thread() is threading.main_thread():
+      self._previous = signal.signal(DRAIN_SIGNAL, self._handler)
+    return self
+
+  def __exit__(self, *exc):
+    if self._previous is not None:
+      signal.signal(DRAIN_SIGNAL, self._previous)
+
+
 def _run_local(jobs, progress, job_fn, workers, max_retries):
-
-  if workers <= 1:
-    for job in jobs:
-      progress.start(job)
-      try:
-        job_fn(job.config, job.workdir, job.companion_args)
-        progress.finish(job)
-      except (stopping.Interrupted, KeyboardInterrupt) as e:
-        progress.stop(job, str(e) or "interrupted")
-        raise SweepInterrupted() from None
-      except Exception as e:  # pylint: disable=broad-except
-        progress.finish(job, _error_kind(e)[0])
-    return
-  _run_workers(jobs, progress, job_fn, workers, max_retries)
+  with _Drain() as drain:
+    if workers <= 1:
+      _run_in_process(jobs, progress, job_fn, drain)
+    else:
+      _run_workers(jobs, progress, job_fn, workers, max_retries, drain)
 
 
-def _run_workers(jobs, progress, job_fn, workers, max_retries):
+def _run_in_process(jobs, progress, job_fn, drain):
+  """Jobs one after another in this process."""
+  for index, job in enumerate(jobs):
+    if drain.requested:
+      progress.leave(jobs[index:])
+      return
+    progress.start(job)
+    try:
+      job_fn(job.config, job.workdir, job.companion_args)
+      progress.finish(job)
+    except (stopping.Interrupted, KeyboardInterrupt) as e:
+      progress.stop(job, str(e) or "interrupted")
+      raise SweepInterrupted() from None
+    except Exception as e:  # pylint: disable=broad-except
+      progress.finish(job, _error_kind(e)[0])
+
+
+def _run_workers(jobs, progress, job_fn, workers, max_retries, drain):
   """Jobs in `workers` processes at once; a worker that dies is started again on its job.
 
   A job whose folder another process holds (a worker of a killed driver still saving)
   waits until that process lets go. Ctrl-C (or SIGTERM) stops every worker after it
-  saved, and raises SweepInterrupted.
+  saved, and raises SweepInterrupted; a drain request (DRAIN_SIGNAL) starts no other job
+  and lets the running ones finish (a retry of a running job's dead worker included).
   """
   context = multiprocessing.get_context("spawn")  # JAX does not survive fork.
   messages = context.SimpleQueue()
@@ -595,6 +643,9 @@ def _run_workers(jobs, progress, job_fn, workers, max_retries):
     while queue or running:
       if stopping.requested() is not None:
         break
+      if drain.requested:
+        progress.leave([job for job in queue if attempts[job.name] == 0])
+        queue = [job for job in queue if attempts[job.name] > 0]
       for job in list(queue):
         if len(running) >= workers:
           break
