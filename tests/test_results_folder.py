@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+import types
 
 import numpy as np
 import pytest
@@ -124,6 +125,34 @@ def test_a_drain_signal_lets_the_running_workers_finish_and_starts_no_other(tmp_
   assert [j.name for j in jobs] == ["reverse_string/randomized_relative",
                                     "parity_check/randomized_relative",
                                     "even_pairs/randomized_relative"]
+
+
+def test_the_eta_counts_trainings_not_the_jobs_that_share_one(monkeypatch, capsys):
+  """A job evaluated on another's training costs no training: the ETA is the mean wall
+  time of the finished trainings over those not started and what remains of the running
+  ones, spread over the workers but never below the longest remainder."""
+  clock = [0.0]
+  monkeypatch.setattr(sweep, "time", types.SimpleNamespace(time=lambda: clock[0]))
+  job = lambda variant, companions=(): sweep.Job("reverse_string", variant,
+                                                 f"/x/{variant}", {}, variant, companions)
+  first = job("randomized_rope", (job("randomized_rope+even"),))
+  second, third = job("rope"), job("sin_cos")
+  progress = sweep.Progress(4, 0, 2, 3)
+  progress.start(first)
+  progress.start(second)
+  assert progress.eta_seconds() is None
+  clock[0] = 100.0
+  progress.finish(first)  # Two jobs, one training of 100 s.
+  assert progress.done == 2
+  # The second is due now (0 s left), the third not started (100 s): one worker's work.
+  assert progress.eta_seconds() == pytest.approx(100.0)
+  assert capsys.readouterr().out.splitlines()[-1] == (
+      "[sweep] 2/4 done, 1 running, 1 left, ETA 1.7 min")
+  progress.start(third)
+  clock[0] = 130.0
+  assert progress.eta_seconds() == pytest.approx(70.0)
+  progress.finish(second)
+  assert progress.eta_seconds() == pytest.approx(115 - 30)  # Mean of 100 and 130, 30 s in.
 
 
 def test_the_ordering_figure_draws_every_cell_of_the_ordering_rows(tmp_path):

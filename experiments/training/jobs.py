@@ -510,24 +510,34 @@ def _worker(job_fn, config: dict, workdir: str, companions, parent_pid: int,
 
 
 class Progress:
-  """Prints jobs done / running / left and an ETA from the jobs finished so far."""
+  """Prints jobs done / running / left and an ETA from the trainings finished so far.
 
-  def __init__(self, total: int, already_done: int, workers: int,
+  The ETA counts trainings, not jobs: jobs evaluated on another's training
+  (`share_training`) cost no training of their own. It is the mean wall time of the
+  finished trainings times the trainings not started, plus what that mean leaves of each
+  running one, spread over the workers (never below the longest single remainder).
+  """
+
+  def __init__(self, total: int, already_done: int, workers: int, trainings: int,
                on_finished: Callable[[Job], None] | None = None):
     self.total, self.done, self.workers = total, already_done, max(1, workers)
     self.on_finished = on_finished  # Called with every job that finished (not failed).
     self.failed = []
     self.later = 0  # Jobs to run that this run leaves to the next (--max_jobs, drain).
-    self._durations = []
+    self._durations = []  # Wall seconds of each finished training.
     self._started = {}
+    self._unstarted = trainings  # Trainings of this run not started yet.
 
   def start(self, job: Job):
     """A training starts: the job and its companions."""
     self._started[job.name] = (time.time(), len(job.members))
+    self._unstarted -= 1
 
   def finish(self, job: Job, error: str | None = None):
     """A training ended: each of its jobs finished, or failed with `error`."""
     elapsed = time.time() - self._started.pop(job.name, (time.time(), 0))[0]
+    if not error:
+      self._durations.append(elapsed)
     for member in job.members:
       shared = f" (on the training of {job.name})" if member is not job else ""
       if error:
@@ -536,7 +546,6 @@ class Progress:
               flush=True)
         continue
       self.done += 1
-      self._durations.append(elapsed / len(job.members))
       print(f"[sweep] finished {member.name}{shared} in {elapsed:.0f} s", flush=True)
       if self.on_finished is not None:
         self.on_finished(member)
@@ -547,6 +556,16 @@ class Progress:
     names = ", ".join(m.name for m in job.members)
     print(f"[sweep] stopped {names} after {elapsed:.0f} s: {how}", flush=True)
 
+  def eta_seconds(self, now: float | None = None) -> float | None:
+    """Seconds until the trainings of this run end, or None before one has finished."""
+    if not self._durations:
+      return None
+    now = time.time() if now is None else now
+    mean = sum(self._durations) / len(self._durations)
+    remainders = [max(mean - (now - started), 0.0) for started, _ in self._started.values()]
+    remainders += [mean] * self._unstarted
+    return max(sum(remainders) / self.workers, max(remainders, default=0.0))
+
   def leave(self, trainings):
     """The `trainings` (not started) are left to a later run: a drain request."""
     members = [m.name for t in trainings for m in t.members]
@@ -554,6 +573,7 @@ class Progress:
       return
     self.total -= len(members)
     self.later += len(members)
+    self._unstarted -= len(trainings)
     print(f"[sweep] {DRAIN_SIGNAL.name}: the running jobs finish, {len(members)} not "
           f"started are left to a later run: {', '.join(members)}", flush=True)
 
@@ -562,8 +582,7 @@ class Progress:
     left = self.total - self.done - running - len(self.failed)
     eta = ""
     if self._durations:
-      mean = sum(self._durations) / len(self._durations)
-      eta = f", ETA {mean * (left + running) / self.workers / 60:.1f} min"
+      eta = f", ETA {self.eta_seconds() / 60:.1f} min"
     print(f"[sweep] {self.done}/{self.total} done, {running} running, {left} left"
           f"{', ' + str(len(self.failed)) + ' failed' if self.failed else ''}{eta}", flush=True)
 
@@ -895,7 +914,7 @@ def run_sweep(config: ml_collections.ConfigDict, sweep_dir: str, executor: str =
     on_finished = lambda job: committer(  # pylint: disable=unnecessary-lambda-assignment
         job.workdir, job.name, [file for _, _, file in _job_outputs(job.config)])
   finished = len(jobs) - len(todo) - len(later)
-  progress = Progress(finished + len(todo), finished, workers, on_finished)
+  progress = Progress(finished + len(todo), finished, workers, len(trainings), on_finished)
   progress.later = len(later)
   kind = "variants" if config.sweep.get("variants", None) else "encodings"
   selected = f" ({len(jobs)} of them selected by --only)" if len(jobs) < len(every) else ""
