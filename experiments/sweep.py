@@ -16,12 +16,13 @@ session's share of a sweep of many hours); `kill -USR1` of the driver (local exe
 lets the running jobs finish and starts no other, leaving them to a later run.
 Re-running the command skips finished jobs and resumes unfinished ones from their
 checkpoints, so a sweep survives a dead worker or a killed driver; --dry_run prints
-what a run would do with each job and changes nothing. --reuse_from=FOLDER copies a finished job of another sweep folder
-whose settings equal those of a job that has not started (the copy's reused_from.json
-names its source) instead of training it again. Jobs that differ only in evaluation
-settings (Su's +even variants) share one training: a job is evaluated on the training of
-the first earlier job of the run with its other settings (`share_training` in
-experiments/training/jobs.py; its eval.json names that job in `shared_training`).
+what a run would do with each job and changes nothing. --reuse_from=FOLDER copies a
+finished job of another sweep folder whose settings equal those of a job that has not
+started (the copy's reused_from.json names its source) instead of training it again.
+Jobs that differ only in evaluation settings (Su's +even variants) share one training: a
+job is evaluated on the training of the first earlier job of the run with its other
+settings (`share_training` in experiments/training/jobs.py; its eval.json names that job
+in `shared_training`).
 Executors:
   local (default): jobs in sequence, or --workers=N processes at once; a worker
       that dies is restarted on its job (up to --max_retries times).

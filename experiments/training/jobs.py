@@ -495,7 +495,7 @@ def _worker(job_fn, config: dict, workdir: str, companions, parent_pid: int,
     except OSError:
       pass  # The driver is gone.
 
-  signal.signal(DRAIN_SIGNAL, signal.SIG_IGN)  # Meant for the driver (`draining`).
+  signal.signal(DRAIN_SIGNAL, signal.SIG_IGN)  # Meant for the driver (`_Drain`).
   _stop_with_parent(parent_pid)
   try:
     with stopping.graceful():  # The training loop's own `graceful()` joins this one.
