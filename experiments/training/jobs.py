@@ -556,11 +556,11 @@ class Progress:
     names = ", ".join(m.name for m in job.members)
     print(f"[sweep] stopped {names} after {elapsed:.0f} s: {how}", flush=True)
 
-  def eta_seconds(self, now: float | None = None) -> float | None:
+  def eta_seconds(self) -> float | None:
     """Seconds until the trainings of this run end, or None before one has finished."""
     if not self._durations:
       return None
-    now = time.time() if now is None else now
+    now = time.time()
     mean = sum(self._durations) / len(self._durations)
     remainders = [max(mean - (now - started), 0.0) for started, _ in self._started.values()]
     remainders += [mean] * self._unstarted
