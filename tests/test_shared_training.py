@@ -162,3 +162,45 @@ def test_sweep_trains_jobs_of_one_training_once(tmp_path):
       os.path.join(report["out_dir"], "variants.md")).read()
   jobs_md = open(os.path.join(report["out_dir"], "jobs.md")).read()
   assert "| reverse_string | plain+even |" in jobs_md and "trained with plain |" in jobs_md
+
+
+def _paired_results(before_unseen, after_unseen, train_ranges):
+  """A task's two jobs on one training (the later evaluated on the earlier's), seed i's
+  models at unseen accuracies before_unseen[i] / after_unseen[i] and training-length
+  accuracy train_ranges[i] (the two evaluations of one model share it)."""
+  def models(unseen):
+    return [{"seed": i, "learning_rate": 1e-3,
+             "scores": {"unseen": u, "train_range": t}}
+            for i, (u, t) in enumerate(zip(unseen, train_ranges))]
+  return {("t", "a"): {"models": models(before_unseen)},
+          ("t", "a+even"): {"models": models(after_unseen),
+                            loop.SHARED_TRAINING: os.path.join("..", "a")}}
+
+
+def test_a_paired_verdict_leaves_out_the_seeds_that_did_not_learn(tmp_path):
+  # Seed 0 did not learn (0.93): its -1.0 is left out; seeds 1 and 2 (+3.0, +3.6) hold.
+  results = _paired_results([0.594, 0.912, 0.922], [0.584, 0.942, 0.958],
+                            [0.935, 0.996, 0.996])
+  [row] = tables.paired_effect_rows(str(tmp_path), results, ["t"], ["a", "a+even"])
+  assert row["differences"] == pytest.approx([-1.0, 3.0, 3.6], abs=1e-9)
+  assert row["learned"] == [False, True, True]
+  assert (row["mean"], row["std"]) == (pytest.approx(3.3, abs=1e-9),
+                                       pytest.approx(0.3, abs=1e-9))
+  assert row["verdict"] == "holds"
+  line = tables.paired_effect_markdown([row]).splitlines()[-1]
+  assert line == "| t | a → a+even | 0, 1, 2 | -1.0†, +3.0, +3.6 | +3.3 ± 0.3 (seeds 1, 2) | ✓ |"
+  # Counted over all three the mean (+1.9) is within its std (2.0): the exclusion decides.
+  # One seed left is no verdict; the mean and std are then over every seed.
+  results = _paired_results([0.594, 0.912, 0.922], [0.584, 0.942, 0.958],
+                            [0.935, 0.90, 0.996])
+  [row] = tables.paired_effect_rows(str(tmp_path), results, ["t"], ["a", "a+even"])
+  assert row["verdict"] == "not learned"
+  assert row["mean"] == pytest.approx((-1.0 + 3.0 + 3.6) / 3, abs=1e-9)
+  assert tables.paired_effect_markdown([row]).splitlines()[-1].endswith(
+      "| -1.0†, +3.0†, +3.6 | +1.9 ± 2.0 | † |")
+  # Every seed learned: all count, nothing marked.
+  results = _paired_results([0.5, 0.6, 0.7], [0.4, 0.6, 0.8], [0.99, 0.99, 0.99])
+  [row] = tables.paired_effect_rows(str(tmp_path), results, ["t"], ["a", "a+even"])
+  assert (row["learned"], row["verdict"]) == ([True] * 3, "within one std")
+  assert tables.paired_effect_markdown([row]).splitlines()[-1] == (
+      "| t | a → a+even | 0, 1, 2 | -10.0, +0.0, +10.0 | +0.0 ± 8.2 | ≈ |")

@@ -450,14 +450,21 @@ def same_models(sweep_dir: str, task: str, name: str, other: str, results: dict,
   return bool(of(name)) and of(name) == of(other)
 
 
+# A paired verdict needs this many pairs of models that both learned their training
+# lengths: one difference has no spread to weigh it against.
+PAIRED_LEARNED = 2
+
+
 def paired_effect_rows(sweep_dir: str, results: dict, tasks, names) -> list[dict]:
   """Every two jobs of a task that hold the same models (`same_models`: they differ in
   evaluation settings only, e.g. evenly spaced test positions), the earlier in `names`
   first: the unseen accuracy's difference seed by seed (later minus earlier, in %, at
   the learning rate each job's tables use, models of the same seed and rate paired), its
   mean and std, and the verdict of a paired comparison: "holds" when the mean exceeds the
-  std of the differences, "reversed" when below minus it, else "within one std"; a model
-  below TRAINED on its training lengths: "not learned"."""
+  std of the differences, "reversed" when below minus it, else "within one std". A pair
+  with a model below TRAINED on its training lengths ("learned": False) is left out of the
+  mean, std and verdict; with fewer than PAIRED_LEARNED pairs left the verdict is "not
+  learned" (mean and std then over every pair)."""
   rows, records = [], {}
   for task in tasks:
     done = [n for n in names if (task, n) in results]
@@ -473,13 +480,18 @@ def paired_effect_rows(sweep_dir: str, results: dict, tasks, names) -> list[dict
         if not pairs:
           continue
         diffs = [100 * (b["scores"]["unseen"] - a["scores"]["unseen"]) for _, a, b in pairs]
-        mean, std = float(np.mean(diffs)), float(np.std(diffs))
-        trained = min(100 * m["scores"]["train_range"] for _, a, b in pairs for m in (a, b))
-        verdict = ("not learned" if trained < TRAINED else "holds" if mean > std else
-                   "reversed" if mean < -std else "within one std")
+        learned = [min(a["scores"]["train_range"], b["scores"]["train_range"]) * 100
+                   >= TRAINED for _, a, b in pairs]
+        counted = [d for d, ok in zip(diffs, learned) if ok]
+        if len(counted) < PAIRED_LEARNED:
+          counted = diffs
+        mean, std = float(np.mean(counted)), float(np.std(counted))
+        verdict = ("not learned" if counted is diffs and not all(learned) else
+                   "holds" if mean > std else "reversed" if mean < -std else
+                   "within one std")
         rows.append({"task": task, "family": f"{before} → {after}",
                      "seeds": [key[0] for key, _, _ in pairs], "differences": diffs,
-                     "mean": mean, "std": std, "verdict": verdict})
+                     "learned": learned, "mean": mean, "std": std, "verdict": verdict})
   return rows
 
 
@@ -489,14 +501,21 @@ def paired_effect_markdown(rows) -> str:
            "other's training, or their training records are identical to the last digit): "
            "they differ in an evaluation setting only, so its effect is read seed by seed. Differences of unseen-length accuracy in points, after minus "
            "before, per seed; ✓: their mean above their std; ≈: within it; ✗: below "
-           f"minus it; {UNTRAINED_MARK}: a model below {TRAINED:.0f}% on its training "
-           "lengths (no verdict).", "",
+           f"minus it. A difference marked {UNTRAINED_MARK} is a seed with a model below "
+           f"{TRAINED:.0f}% on its training lengths: it is left out of the mean ± std and "
+           f"the verdict, which count the other seeds when at least {PAIRED_LEARNED} are "
+           f"left, else the verdict is {UNTRAINED_MARK} (no verdict).", "",
            "| task | before → after | seeds | differences | mean ± std | verdict |",
            "|---|---|---|---|---:|:---:|"]
   for r in rows:
+    learned = r["learned"]
+    counted = ("" if all(learned) or r["verdict"] == "not learned" else
+               f" (seeds {', '.join(str(s) for s, ok in zip(r['seeds'], learned) if ok)})")
     lines.append(f"| {r['task']} | {r['family']} | {', '.join(map(str, r['seeds']))} | "
-                 + ", ".join(f"{d:+.1f}" for d in r["differences"])
-                 + f" | {r['mean']:+.1f} ± {r['std']:.1f} | {VERDICT_MARKS[r['verdict']]} |")
+                 + ", ".join(f"{d:+.1f}{'' if ok else UNTRAINED_MARK}"
+                             for d, ok in zip(r["differences"], learned))
+                 + f" | {r['mean']:+.1f} ± {r['std']:.1f}{counted} | "
+                 f"{VERDICT_MARKS[r['verdict']]} |")
   return "\n".join(lines)
 
 
