@@ -482,13 +482,11 @@ def paired_effect_rows(sweep_dir: str, results: dict, tasks, names) -> list[dict
         diffs = [100 * (b["scores"]["unseen"] - a["scores"]["unseen"]) for _, a, b in pairs]
         learned = [min(a["scores"]["train_range"], b["scores"]["train_range"]) * 100
                    >= TRAINED for _, a, b in pairs]
-        counted = [d for d, ok in zip(diffs, learned) if ok]
-        if len(counted) < PAIRED_LEARNED:
-          counted = diffs
+        judged = all(learned) or sum(learned) >= PAIRED_LEARNED
+        counted = [d for d, ok in zip(diffs, learned) if ok] if judged else diffs
         mean, std = float(np.mean(counted)), float(np.std(counted))
-        verdict = ("not learned" if counted is diffs and not all(learned) else
-                   "holds" if mean > std else "reversed" if mean < -std else
-                   "within one std")
+        verdict = ("not learned" if not judged else "holds" if mean > std else
+                   "reversed" if mean < -std else "within one std")
         rows.append({"task": task, "family": f"{before} → {after}",
                      "seeds": [key[0] for key, _, _ in pairs], "differences": diffs,
                      "learned": learned, "mean": mean, "std": std, "verdict": verdict})
