@@ -155,6 +155,40 @@ def test_the_eta_counts_trainings_not_the_jobs_that_share_one(monkeypatch, capsy
   assert progress.eta_seconds() == pytest.approx(115 - 30)  # Mean of 100 and 130, 30 s in.
 
 
+def test_a_running_training_slower_than_the_mean_is_timed_by_its_own_pace(
+    monkeypatch, capsys, tmp_path):
+  """Past the mean of the finished trainings, a running one is not reported as due: its
+  remainder is its own pace (steps recorded since it started) over the steps it has left.
+  Each start says what runs."""
+  clock = [0.0]
+  monkeypatch.setattr(sweep, "time", types.SimpleNamespace(time=lambda: clock[0]))
+  def job(variant, companions=()):
+    return sweep.Job("reverse_string", variant, str(tmp_path / variant),
+                     {"training": {"steps": 1000}}, variant, companions)
+  def record(variant, *steps):
+    os.makedirs(tmp_path / variant, exist_ok=True)
+    with open(tmp_path / variant / "metrics.jsonl", "w") as f:
+      f.writelines(json.dumps({"step": s, "loss": 0.1}) + "\n" for s in steps)
+  fast, slow = job("rope", (job("rope+even"),)), job("sin_cos")
+  record("sin_cos", 100)  # Resumed at step 100.
+  progress = sweep.Progress(3, 0, 2, 2)
+  progress.start(fast)
+  progress.start(slow)
+  assert capsys.readouterr().out.splitlines() == [
+      "[sweep] started reverse_string/rope (with reverse_string/rope+even): "
+      "0/3 done, 2 running, 1 left",
+      "[sweep] started reverse_string/sin_cos: 0/3 done, 3 running, 0 left"]
+  clock[0] = 100.0
+  progress.finish(fast)
+  clock[0] = 300.0  # 200 s past the mean; 300 steps in 300 s, 600 left.
+  record("sin_cos", 100, 250, 400)
+  assert progress.eta_seconds() == pytest.approx(600.0)
+  record("sin_cos", 100)  # No step since it started: the mean's remainder, 0.
+  assert progress.eta_seconds() == pytest.approx(0.0)
+  (tmp_path / "sin_cos" / "metrics.jsonl").write_text("{damaged\n")
+  assert progress.eta_seconds() == pytest.approx(0.0)
+
+
 def test_the_ordering_figure_draws_every_cell_of_the_ordering_rows(tmp_path):
   table4 = {("a", "relative"): ((60.0, 2.0), (55.0, 1.0)),
             ("a", "randomized_relative"): ((70.5, 1.5), (75.0, 2.0)),

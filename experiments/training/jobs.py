@@ -514,8 +514,11 @@ class Progress:
 
   The ETA counts trainings, not jobs: jobs evaluated on another's training
   (`share_training`) cost no training of their own. It is the mean wall time of the
-  finished trainings times the trainings not started, plus what that mean leaves of each
-  running one, spread over the workers (never below the longest single remainder).
+  finished trainings times the trainings not started, plus what remains of each running
+  one, spread over the workers (never below the longest single remainder). A running
+  training's remainder is read from its own pace (the steps its metrics.jsonl records
+  since it started, against its config's `training.steps`), else what the mean leaves
+  of it: a job slower than the mean is not reported as due.
   """
 
   def __init__(self, total: int, already_done: int, workers: int, trainings: int,
@@ -530,12 +533,14 @@ class Progress:
 
   def start(self, job: Job):
     """A training starts: the job and its companions."""
-    self._started[job.name] = (time.time(), len(job.members))
+    self._started[job.name] = (time.time(), job, _steps_recorded(job))
     self._unstarted -= 1
+    shared = f" (with {', '.join(c.name for c in job.companions)})" if job.companions else ""
+    print(f"[sweep] started {job.name}{shared}: {self._counts()}", flush=True)
 
   def finish(self, job: Job, error: str | None = None):
     """A training ended: each of its jobs finished, or failed with `error`."""
-    elapsed = time.time() - self._started.pop(job.name, (time.time(), 0))[0]
+    elapsed = time.time() - self._started.pop(job.name, (time.time(),))[0]
     if not error:
       self._durations.append(elapsed)
     for member in job.members:
@@ -552,7 +557,7 @@ class Progress:
     self.report()
 
   def stop(self, job: Job, how: str):
-    elapsed = time.time() - self._started.pop(job.name, (time.time(), 0))[0]
+    elapsed = time.time() - self._started.pop(job.name, (time.time(),))[0]
     names = ", ".join(m.name for m in job.members)
     print(f"[sweep] stopped {names} after {elapsed:.0f} s: {how}", flush=True)
 
@@ -562,7 +567,14 @@ class Progress:
       return None
     now = time.time()
     mean = sum(self._durations) / len(self._durations)
-    remainders = [max(mean - (now - started), 0.0) for started, _ in self._started.values()]
+    remainders = []
+    for started, job, steps_at_start in self._started.values():
+      steps, recorded = _training_steps(job), _steps_recorded(job)
+      if None not in (steps, recorded, steps_at_start) and recorded > steps_at_start:
+        remainders.append((now - started) * max(steps - recorded, 0)
+                          / (recorded - steps_at_start))
+      else:
+        remainders.append(max(mean - (now - started), 0.0))
     remainders += [mean] * self._unstarted
     return max(sum(remainders) / self.workers, max(remainders, default=0.0))
 
@@ -577,14 +589,34 @@ class Progress:
     print(f"[sweep] {DRAIN_SIGNAL.name}: the running jobs finish, {len(members)} not "
           f"started are left to a later run: {', '.join(members)}", flush=True)
 
-  def report(self):
-    running = sum(count for _, count in self._started.values())
+  def _counts(self) -> str:
+    running = sum(len(job.members) for _, job, _ in self._started.values())
     left = self.total - self.done - running - len(self.failed)
+    return (f"{self.done}/{self.total} done, {running} running, {left} left"
+            f"{', ' + str(len(self.failed)) + ' failed' if self.failed else ''}")
+
+  def report(self):
     eta = ""
     if self._durations:
       eta = f", ETA {self.eta_seconds() / 60:.1f} min"
-    print(f"[sweep] {self.done}/{self.total} done, {running} running, {left} left"
-          f"{', ' + str(len(self.failed)) + ' failed' if self.failed else ''}{eta}", flush=True)
+    print(f"[sweep] {self._counts()}{eta}", flush=True)
+
+
+def _training_steps(job: Job) -> int | None:
+  """The steps the job's config trains for (None if it does not say)."""
+  steps = job.config.get("training", {}).get("steps") if isinstance(job.config, Mapping) \
+      else None
+  return steps if isinstance(steps, int) and steps > 0 else None
+
+
+def _steps_recorded(job: Job) -> int | None:
+  """The last training step the job's metrics.jsonl records (0 before its first record;
+  None if the file cannot be read: its ETA falls back to the mean)."""
+  try:
+    records = io_utils.read_jsonl(os.path.join(job.workdir, loop.METRICS_FILE))
+  except (OSError, io_utils.CorruptFileError):
+    return None
+  return max((r["step"] for r in records if isinstance(r.get("step"), int)), default=0)
 
 
 class SweepInterrupted(Exception):
