@@ -533,7 +533,7 @@ class Progress:
 
   def start(self, job: Job):
     """A training starts: the job and its companions."""
-    self._started[job.name] = (time.time(), job, _steps_recorded(job))
+    self._started[job.name] = (time.time(), job, _trained_to(job.workdir) or 0)
     self._unstarted -= 1
     shared = f" (with {', '.join(c.name for c in job.companions)})" if job.companions else ""
     print(f"[sweep] started {job.name}{shared}: {self._counts()}", flush=True)
@@ -569,8 +569,8 @@ class Progress:
     mean = sum(self._durations) / len(self._durations)
     remainders = []
     for started, job, steps_at_start in self._started.values():
-      steps, recorded = _training_steps(job), _steps_recorded(job)
-      if None not in (steps, recorded, steps_at_start) and recorded > steps_at_start:
+      steps, recorded = _training_steps(job), _trained_to(job.workdir)
+      if None not in (steps, recorded) and recorded > steps_at_start:
         remainders.append((now - started) * max(steps - recorded, 0)
                           / (recorded - steps_at_start))
       else:
@@ -604,19 +604,8 @@ class Progress:
 
 def _training_steps(job: Job) -> int | None:
   """The steps the job's config trains for (None if it does not say)."""
-  steps = job.config.get("training", {}).get("steps") if isinstance(job.config, Mapping) \
-      else None
+  steps = job.config.get("training", {}).get("steps")
   return steps if isinstance(steps, int) and steps > 0 else None
-
-
-def _steps_recorded(job: Job) -> int | None:
-  """The last training step the job's metrics.jsonl records (0 before its first record;
-  None if the file cannot be read: its ETA falls back to the mean)."""
-  try:
-    records = io_utils.read_jsonl(os.path.join(job.workdir, loop.METRICS_FILE))
-  except (OSError, io_utils.CorruptFileError):
-    return None
-  return max((r["step"] for r in records if isinstance(r.get("step"), int)), default=0)
 
 
 class SweepInterrupted(Exception):
