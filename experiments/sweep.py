@@ -16,7 +16,8 @@ session's share of a sweep of many hours); `kill -USR1` of the driver (local exe
 lets the running jobs finish and starts no other, leaving them to a later run.
 Re-running the command skips finished jobs and resumes unfinished ones from their
 checkpoints, so a sweep survives a dead worker or a killed driver; --dry_run prints
-what a run would do with each job and changes nothing. --reuse_from=FOLDER copies a
+what a run would do with each job and changes nothing. While jobs train, a line every
+--report_every minutes gives the count, the ETA and each running job's step. --reuse_from=FOLDER copies a
 finished job of another sweep folder whose settings equal those of a job that has not
 started (the copy's reused_from.json names its source) instead of training it again.
 Jobs that differ only in evaluation settings (Su's +even variants) share one training: a
@@ -64,7 +65,8 @@ def main(argv):
                          rerun_changed=_RERUN_CHANGED.value,
                          commit_results=_COMMIT_RESULTS.value,
                          reuse_from=_REUSE_FROM.value, only=_ONLY.value,
-                         max_jobs=_MAX_JOBS.value)
+                         max_jobs=_MAX_JOBS.value,
+                         report_every=_REPORT_EVERY.value)
   except ValueError as e:
     cli.fail(cli.one_line(e))
   except jobs.SweepInterrupted:
@@ -124,4 +126,7 @@ if __name__ == "__main__":
       "max_jobs", None, "Train at most this many unfinished jobs (the first in the sweep's "
       "order; a job evaluated on another's training counts with it), then stop: the share "
       "of a long sweep that fits a session; the same command runs the next ones.")
+  _REPORT_EVERY = flags.DEFINE_float(
+      "report_every", jobs.REPORT_EVERY, "Minutes between progress lines while jobs "
+      "train (count, ETA, each running job's step); 0: only when a job starts or ends.")
   cli.run(main)

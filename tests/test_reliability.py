@@ -61,6 +61,8 @@ def _one_error_line(stderr: str) -> str:
     ("train", ["stray"], "unexpected arguments: stray"),
     ("sweep", ["--config=configs/table1.py:scale=small", "--workers=-1"],
      "--workers must be >= 1, got -1"),
+    ("sweep", ["--config=configs/table1.py:scale=small", "--report_every=-1"],
+     "--report_every must be >= 0, got -1.0"),
     ("sweep", ["--config=configs/table1.py:scale=small", "--config.training.stepz=5"],
      "did you mean --config.training.steps?"),
 ])

@@ -189,6 +189,68 @@ def test_a_running_training_slower_than_the_mean_is_timed_by_its_own_pace(
   assert progress.eta_seconds() == pytest.approx(0.0)
 
 
+def test_before_any_training_finished_the_eta_is_read_from_the_running_ones_paces(
+    monkeypatch, tmp_path):
+  """No training finished yet: each running training's remainder is its own pace over
+  its steps left, and a training not started costs the mean of the running ones' whole
+  trainings at their paces; without a recorded step there is no ETA."""
+  clock = [0.0]
+  monkeypatch.setattr(sweep, "time", types.SimpleNamespace(time=lambda: clock[0]))
+  def job(variant):
+    return sweep.Job("reverse_string", variant, str(tmp_path / variant),
+                     {"training": {"steps": 1000}}, variant)
+  def record(variant, *steps):
+    os.makedirs(tmp_path / variant, exist_ok=True)
+    with open(tmp_path / variant / "metrics.jsonl", "w") as f:
+      f.writelines(json.dumps({"step": s, "loss": 0.1}) + "\n" for s in steps)
+  record("sin_cos", 100)  # Resumed at step 100.
+  progress = sweep.Progress(3, 0, 2, 3)
+  progress.start(job("rope"))
+  progress.start(job("sin_cos"))
+  assert progress.eta_seconds() is None  # No step recorded since either started.
+  clock[0] = 100.0
+  record("rope", 100, 250)      # 0.4 s a step: 300 s left, 400 s in all.
+  record("sin_cos", 100, 300)   # 0.5 s a step: 350 s left, 500 s in all.
+  # The third training costs the mean whole training, 450 s: (300 + 350 + 450) / 2.
+  assert progress.eta_seconds() == pytest.approx(550.0)
+  record("sin_cos", 100)  # Only rope's pace: sin_cos is given what 400 s leaves of it.
+  assert progress.eta_seconds() == pytest.approx((300 + 300 + 400) / 2)
+
+
+def test_the_heartbeat_prints_the_count_the_eta_and_each_running_step(
+    monkeypatch, capsys, tmp_path):
+  """Between starts and ends, the heartbeat prints a line every interval with the steps
+  each running training has recorded, and none once its block ends or with interval 0."""
+  clock = [100.0]
+  monkeypatch.setattr(sweep, "time", types.SimpleNamespace(time=lambda: clock[0]))
+  running = sweep.Job("reverse_string", "rope", str(tmp_path / "rope"),
+                      {"training": {"steps": 1000}}, "rope")
+  progress = sweep.Progress(2, 0, 1, 2)
+  with progress.heartbeat(0.01):
+    threading.Event().wait(0.1)
+  assert capsys.readouterr().out == ""  # Nothing running: nothing to report.
+  clock[0] = 0.0
+  progress.start(running)
+  clock[0] = 100.0  # 250 steps in 100 s: 300 s left, 400 s for the next.
+  os.makedirs(tmp_path / "rope")
+  (tmp_path / "rope" / "metrics.jsonl").write_text(
+      "".join(json.dumps({"step": s, "loss": 0.1}) + "\n" for s in (100, 250)))
+  capsys.readouterr()
+  with progress.heartbeat(0.01):
+    lines, waited = [], 0
+    while len(lines) < 2 and waited < 500:
+      threading.Event().wait(0.01)
+      waited += 1
+      lines += [l for l in capsys.readouterr().out.splitlines() if "at step" in l]
+  assert lines[:2] == ["[sweep] 0/2 done, 1 running, 1 left, ETA 11.7 min; "
+                       "reverse_string/rope at step 250 of 1000"] * 2
+  threading.Event().wait(0.1)
+  assert "at step" not in capsys.readouterr().out
+  with progress.heartbeat(0):
+    threading.Event().wait(0.1)
+  assert capsys.readouterr().out == ""
+
+
 def test_the_ordering_figure_draws_every_cell_of_the_ordering_rows(tmp_path):
   table4 = {("a", "relative"): ((60.0, 2.0), (55.0, 1.0)),
             ("a", "randomized_relative"): ((70.5, 1.5), (75.0, 2.0)),

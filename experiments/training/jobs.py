@@ -6,6 +6,7 @@ and executors."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+import contextlib
 import copy
 import ctypes
 import dataclasses
@@ -38,6 +39,8 @@ from experiments.training import validation
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXECUTORS = ("local", "ray")
+# Minutes between the sweep's progress lines while jobs train (`Progress.heartbeat`).
+REPORT_EVERY = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -518,7 +521,11 @@ class Progress:
   one, spread over the workers (never below the longest single remainder). A running
   training's remainder is read from its own pace (the steps its metrics.jsonl records
   since it started, against its config's `training.steps`), else what the mean leaves
-  of it: a job slower than the mean is not reported as due.
+  of it: a job slower than the mean is not reported as due. Before any training has
+  finished, the running ones' paces stand in for the mean (no ETA without a pace).
+
+  `heartbeat(seconds)` also prints the count, the ETA and each running training's step
+  every `seconds` while jobs train, so a long job's log says how far it got.
   """
 
   def __init__(self, total: int, already_done: int, workers: int, trainings: int,
@@ -530,13 +537,14 @@ class Progress:
     self._durations = []  # Wall seconds of each finished training.
     self._started = {}
     self._unstarted = trainings  # Trainings of this run not started yet.
+    self._print_lock = threading.Lock()  # The heartbeat prints from its own thread.
 
   def start(self, job: Job):
     """A training starts: the job and its companions."""
     self._started[job.name] = (time.time(), job, _trained_to(job.workdir) or 0)
     self._unstarted -= 1
     shared = f" (with {', '.join(c.name for c in job.companions)})" if job.companions else ""
-    print(f"[sweep] started {job.name}{shared}: {self._counts()}", flush=True)
+    self._say(f"[sweep] started {job.name}{shared}: {self._counts()}")
 
   def finish(self, job: Job, error: str | None = None):
     """A training ended: each of its jobs finished, or failed with `error`."""
@@ -547,11 +555,10 @@ class Progress:
       shared = f" (on the training of {job.name})" if member is not job else ""
       if error:
         self.failed.append(member.name)
-        print(f"[sweep] FAILED {member.name}{shared} after {elapsed:.0f} s: {error}",
-              flush=True)
+        self._say(f"[sweep] FAILED {member.name}{shared} after {elapsed:.0f} s: {error}")
         continue
       self.done += 1
-      print(f"[sweep] finished {member.name}{shared} in {elapsed:.0f} s", flush=True)
+      self._say(f"[sweep] finished {member.name}{shared} in {elapsed:.0f} s")
       if self.on_finished is not None:
         self.on_finished(member)
     self.report()
@@ -559,24 +566,47 @@ class Progress:
   def stop(self, job: Job, how: str):
     elapsed = time.time() - self._started.pop(job.name, (time.time(),))[0]
     names = ", ".join(m.name for m in job.members)
-    print(f"[sweep] stopped {names} after {elapsed:.0f} s: {how}", flush=True)
+    self._say(f"[sweep] stopped {names} after {elapsed:.0f} s: {how}")
 
   def eta_seconds(self) -> float | None:
-    """Seconds until the trainings of this run end, or None before one has finished."""
-    if not self._durations:
-      return None
+    """Seconds until the trainings of this run end, or None before one has finished or
+    shown its pace."""
     now = time.time()
-    mean = sum(self._durations) / len(self._durations)
-    remainders = []
-    for started, job, steps_at_start in self._started.values():
+    paced = {}  # Name: (remainder, whole training) at the training's own pace.
+    for name, (started, job, steps_at_start) in list(self._started.items()):
       steps, recorded = _training_steps(job), _trained_to(job.workdir)
       if None not in (steps, recorded) and recorded > steps_at_start:
-        remainders.append((now - started) * max(steps - recorded, 0)
-                          / (recorded - steps_at_start))
-      else:
-        remainders.append(max(mean - (now - started), 0.0))
+        per_step = (now - started) / (recorded - steps_at_start)
+        paced[name] = (per_step * max(steps - recorded, 0), per_step * steps)
+    if self._durations:
+      mean = sum(self._durations) / len(self._durations)
+    elif paced:
+      mean = sum(whole for _, whole in paced.values()) / len(paced)
+    else:
+      return None
+    remainders = [paced[name][0] if name in paced else max(mean - (now - started), 0.0)
+                  for name, (started, _, _) in list(self._started.items())]
     remainders += [mean] * self._unstarted
     return max(sum(remainders) / self.workers, max(remainders, default=0.0))
+
+  @contextlib.contextmanager
+  def heartbeat(self, seconds: float):
+    """Inside the block, `report(steps=True)` every `seconds` (never if `seconds` is 0)."""
+    if seconds <= 0:
+      yield
+      return
+    done = threading.Event()
+    def beat():
+      while not done.wait(seconds):
+        if self._started:
+          self.report(steps=True)
+    thread = threading.Thread(target=beat, name="sweep-heartbeat", daemon=True)
+    thread.start()
+    try:
+      yield
+    finally:
+      done.set()
+      thread.join()
 
   def leave(self, trainings):
     """The `trainings` (not started) are left to a later run: a drain request."""
@@ -586,20 +616,33 @@ class Progress:
     self.total -= len(members)
     self.later += len(members)
     self._unstarted -= len(trainings)
-    print(f"[sweep] {DRAIN_SIGNAL.name}: the running jobs finish, {len(members)} not "
-          f"started are left to a later run: {', '.join(members)}", flush=True)
+    self._say(f"[sweep] {DRAIN_SIGNAL.name}: the running jobs finish, {len(members)} not "
+              f"started are left to a later run: {', '.join(members)}")
 
   def _counts(self) -> str:
-    running = sum(len(job.members) for _, job, _ in self._started.values())
+    running = sum(len(job.members) for _, job, _ in list(self._started.values()))
     left = self.total - self.done - running - len(self.failed)
     return (f"{self.done}/{self.total} done, {running} running, {left} left"
             f"{', ' + str(len(self.failed)) + ' failed' if self.failed else ''}")
 
-  def report(self):
-    eta = ""
-    if self._durations:
-      eta = f", ETA {self.eta_seconds() / 60:.1f} min"
-    print(f"[sweep] {self._counts()}{eta}", flush=True)
+  def report(self, steps: bool = False):
+    """Prints the count and the ETA; with `steps`, each running training's last
+    recorded step."""
+    eta = self.eta_seconds()
+    line = f"[sweep] {self._counts()}{'' if eta is None else f', ETA {eta / 60:.1f} min'}"
+    if steps:
+      at = []
+      for _, job, _ in list(self._started.values()):
+        recorded, total = _trained_to(job.workdir), _training_steps(job)
+        at.append(f"{job.name} at step {recorded or 0}"
+                  + (f" of {total}" if total else ""))
+      if at:
+        line += "; " + ", ".join(at)
+    self._say(line)
+
+  def _say(self, line: str):
+    with self._print_lock:
+      print(line, flush=True)
 
 
 def _training_steps(job: Job) -> int | None:
@@ -879,14 +922,16 @@ def run_sweep(config: ml_collections.ConfigDict, sweep_dir: str, executor: str =
               workers: int = 1, ray_address: str | None = None, gpus_per_job: float = 0.0,
               max_retries: int = 3, job_fn: Callable = run_job,
               rerun_changed: bool = False, commit_results: bool = False,
-              reuse_from=(), only=(), max_jobs: int | None = None) -> Progress:
+              reuse_from=(), only=(), max_jobs: int | None = None,
+              report_every: float = REPORT_EVERY) -> Progress:
   """Runs every unfinished job of the sweep; returns the final progress (failures listed).
 
   `only` (shell patterns over TASK/VARIANT, see `select`) keeps the jobs it matches;
   `max_jobs` runs at most that many trainings of the unfinished jobs, the first in the
   sweep's order (finished and reused jobs do not count; a job evaluated on another's
   training, `share_training`, counts with it), and leaves the rest to a later run: a
-  session's share of a long sweep.
+  session's share of a long sweep. Every `report_every` minutes while jobs train
+  (0: never) it prints the count, the ETA and each running training's step.
 
   Raises ValueError for bad settings (before anything is written), SweepInterrupted
   on Ctrl-C. A job whose folder holds a run with other settings fails with the
@@ -898,7 +943,8 @@ def run_sweep(config: ml_collections.ConfigDict, sweep_dir: str, executor: str =
   if executor not in EXECUTORS:
     raise ValueError(f"unknown executor {executor!r}; valid choices: {', '.join(EXECUTORS)}")
   for name, value, low in [("--workers", workers, 1), ("--max_retries", max_retries, 0),
-                           ("--gpus_per_job", gpus_per_job, 0)]:
+                           ("--gpus_per_job", gpus_per_job, 0),
+                           ("--report_every", report_every, 0)]:
     if value < low:
       raise ValueError(f"{name} must be >= {low}, got {value}")
   _check_max_jobs(max_jobs)
@@ -969,8 +1015,9 @@ def run_sweep(config: ml_collections.ConfigDict, sweep_dir: str, executor: str =
       print(f"[sweep] {job.name}: moved the old run to {job.workdir}.replaced-{stamp}",
             flush=True)
   os.makedirs(sweep_dir, exist_ok=True)
-  if executor == "local":
-    _run_local(trainings, progress, job_fn, workers, max_retries)
-  else:
-    _run_ray(trainings, progress, job_fn, ray_address, gpus_per_job, max_retries)
+  with progress.heartbeat(report_every * 60):
+    if executor == "local":
+      _run_local(trainings, progress, job_fn, workers, max_retries)
+    else:
+      _run_ray(trainings, progress, job_fn, ray_address, gpus_per_job, max_retries)
   return progress
