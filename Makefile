@@ -24,9 +24,10 @@ $(CLUSTER_STAMP): $(STAMP)
 # One pytest worker per core (pytest-xdist): most tests wait on a single-threaded compile,
 # so two workers on a 2-core machine nearly halve the wall time. They share one
 # compilation cache (tests/conftest.py); `make test PYTEST_WORKERS=0` runs in one process.
+# The 20 slowest tests are listed at the end, so a run's log says where the time went.
 PYTEST_WORKERS ?= auto
 test: $(CLUSTER_STAMP)
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal tests
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal --durations=20 tests
 
 # The CPU-sized main job: trains reverse_string with randomized relative encodings.
 demo: $(STAMP)
