@@ -12,7 +12,7 @@ eval.json last and atomically; then the files `sweep.job_outputs` names, JOB_OUT
 experiments/training/jobs.py, made from the job's checkpoints, e.g. the inputs of
 experiments.ito_analysis). --only=PATTERNS keeps the jobs whose TASK/VARIANT
 matches a shell pattern; --max_jobs=N trains at most N unfinished jobs and stops (a
-session's share of a sweep of many hours); `kill -USR1` of the driver (local executor)
+session's share of a sweep of many hours); `kill -USR1` of the driver (either executor)
 lets the running jobs finish and starts no other, leaving them to a later run.
 Re-running the command skips finished jobs and resumes unfinished ones from their
 checkpoints, so a sweep survives a dead worker or a killed driver; --dry_run prints

@@ -2,6 +2,7 @@
 import csv
 import json
 import os
+import signal
 
 import jax
 import numpy as np
@@ -122,15 +123,26 @@ def test_local_workers_restart_a_killed_worker(tmp_path):
   assert all(sweep.is_finished(j) for j in jobs)
 
 
-def test_ray_sweep_survives_a_killed_worker(tmp_path):
+def test_ray_sweep_survives_a_killed_worker_and_drains(tmp_path):
+  """One Ray cluster (its start is the cost) for two sweeps: a killed worker's job is
+  retried to completion; a drain request (`kill -USR1` of the driver) lets the running
+  job finish and cancels the two not started, leaving them to a later run."""
   ray = pytest.importorskip("ray", reason="ray not installed (pip install -e .[cluster])")
   config = _tiny_sweep_config()
   sweep_dir = str(tmp_path / "sweep")
   ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-           runtime_env={"env_vars": {"PYTHONPATH": sweep.ROOT, "JAX_PLATFORMS": "cpu"}})
+           runtime_env={"env_vars": {"PYTHONPATH": sweep.ROOT, "JAX_PLATFORMS": "cpu",
+                                     "SWEEP_DRIVER_PID": str(os.getpid())}})
   try:
     progress = sweep.run_sweep(config, sweep_dir, executor="ray", max_retries=2,
                                job_fn=sweep_helpers.killed_job)
+    drain_config = _tiny_sweep_config()
+    drain_config.sweep.tasks = ("reverse_string", "parity_check", "even_pairs")
+    drain_dir = str(tmp_path / "drain")
+    before = signal.getsignal(sweep.DRAIN_SIGNAL)
+    drained = sweep.run_sweep(drain_config, drain_dir, executor="ray", max_retries=0,
+                              job_fn=sweep_helpers.ray_draining_job)
+    assert signal.getsignal(sweep.DRAIN_SIGNAL) is before
   finally:
     ray.shutdown()
   assert not progress.failed and progress.done == 2
@@ -138,6 +150,11 @@ def test_ray_sweep_survives_a_killed_worker(tmp_path):
   assert all(sweep.is_finished(j) for j in jobs)
   assert os.path.exists(jobs[0].workdir + ".stopped")  # The worker really was killed once.
   assert [_completions(j) for j in jobs] == [1, 1]
+  assert (drained.total, drained.done, drained.later, drained.failed) == (1, 1, 2, [])
+  ran = [j for j in sweep.make_jobs(drain_config, drain_dir) if sweep.is_finished(j)]
+  assert len(ran) == 1 and _completions(ran[0]) == 1
+  left = [j for j in sweep.make_jobs(drain_config, drain_dir) if j not in ran]
+  assert len(left) == 2 and not any(os.path.exists(j.workdir) for j in left)  # Not started.
 
 
 def _fixture_eval(task, pe, unseen_by_model, lengths=(1, 2, 3, 4)):

@@ -142,6 +142,20 @@ def test_a_second_process_on_a_locked_workdir_is_refused(tmp_path):
   assert workdir_lib.holder_if_locked(str(run)) is None  # Released with its holder.
 
 
+def test_the_lock_stamp_changes_each_time_a_run_takes_the_lock(tmp_path):
+  """What a Ray sweep driver watches to see a job start (a stale lock file of an
+  earlier run included), without taking the lock itself."""
+  run = str(tmp_path / "run")
+  assert workdir_lib.lock_stamp(run) is None
+  with workdir_lib.locked(run):
+    first = workdir_lib.lock_stamp(run)
+    assert first is not None and workdir_lib.lock_stamp(run) == first
+  assert workdir_lib.lock_stamp(run) == first  # Releasing writes nothing.
+  time.sleep(0.05)  # Past the file system's timestamp tick.
+  with workdir_lib.locked(run):
+    assert workdir_lib.lock_stamp(run) not in (None, first)
+
+
 def test_a_truncated_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, capfd):
   run = str(tmp_path / "run")
   old_umask = os.umask(0o022)

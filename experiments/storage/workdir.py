@@ -211,6 +211,18 @@ def locked(workdir: str):
     os.close(fd)  # Releases the lock.
 
 
+def lock_stamp(workdir: str) -> tuple | None:
+  """The lock file's identity and last write, or None without one: it changes each time
+  a run takes the lock (`locked` rewrites the holder), and reading it takes no lock, so
+  a driver may watch a folder whose run is starting (`holder_if_locked`'s shared lock
+  would make that start fail as busy)."""
+  try:
+    info = os.stat(os.path.join(workdir, LOCK_FILE))
+  except FileNotFoundError:
+    return None
+  return (info.st_ino, info.st_mtime_ns, info.st_size)
+
+
 def holder_if_locked(workdir: str) -> str | None:
   """Who holds the workdir's lock right now, or None (for a sweep driver's check)."""
   path = os.path.join(workdir, LOCK_FILE)

@@ -782,26 +782,80 @@ def _run_workers(jobs, progress, job_fn, workers, max_retries, drain):
   raise SweepInterrupted()
 
 
+def _ray_task(job_fn, config: dict, workdir: str, companions):
+  """One job in a Ray worker, which ignores the drain signal (meant for the driver)."""
+  signal.signal(DRAIN_SIGNAL, signal.SIG_IGN)
+  return job_fn(config, workdir, companions)
+
+
+def _lock_stamps(job: Job) -> list:
+  """Its folders' lock stamps: a training takes each one's lock when it starts
+  (training/loop.py), which changes the stamp."""
+  return [workdir_lib.lock_stamp(m.workdir) for m in job.members]
+
+
+def _ray_result(ray, ref, job: Job, progress: Progress, cancelled: bool = False) -> bool:
+  """Reports the ended task `ref` of `job` as finished or failed; False (nothing
+  reported) if it was `cancelled` before it started."""
+  try:
+    ray.get(ref)
+  except ray.exceptions.TaskCancelledError:
+    if cancelled:
+      return False
+    progress.finish(job, "cancelled")
+  except Exception as e:  # pylint: disable=broad-except
+    if cancelled:
+      progress.start(job)
+    progress.finish(job, f"{type(e).__name__}: {str(e).splitlines()[0]}")
+  else:
+    if cancelled:
+      progress.start(job)
+    progress.finish(job)
+  return True
+
+
 def _run_ray(jobs, progress, job_fn, ray_address, gpus_per_job, max_retries):
+  """One Ray task a training, all submitted at once; the cluster runs as many as its
+  resources allow. A job counts as started (progress, ETA) when its training has taken
+  its folder's lock, and the ETA spreads over as many jobs as have run at once. A drain
+  request (DRAIN_SIGNAL) cancels the tasks not started, left to a later run, and lets
+  the running ones finish."""
   import ray  # pylint: disable=import-outside-toplevel
 
   if not ray.is_initialized():
     ray.init(address=ray_address, runtime_env={"env_vars": {"PYTHONPATH": ROOT}},
              log_to_driver=False)
   remote = ray.remote(num_cpus=1, num_gpus=gpus_per_job, max_retries=max_retries,
-                      retry_exceptions=False)(job_fn)
-  pending = {}
-  for job in jobs:
-    progress.start(job)
-    pending[remote.remote(job.config, job.workdir, job.companion_args)] = job
-  while pending:
-    ready, _ = ray.wait(list(pending), num_returns=1)
-    job = pending.pop(ready[0])
-    try:
-      ray.get(ready[0])
-      progress.finish(job)
-    except Exception as e:  # pylint: disable=broad-except
-      progress.finish(job, f"{type(e).__name__}: {str(e).splitlines()[0]}")
+                      retry_exceptions=False)(_ray_task)
+  stamps = [_lock_stamps(job) for job in jobs]  # Before any task can start.
+  pending = {remote.remote(job_fn, job.config, job.workdir, job.companion_args): job
+             for job in jobs}
+  stamps = dict(zip(pending, stamps))
+  waiting = set(pending)  # Tasks whose training has not been seen to start.
+  progress.workers = 1
+  with _Drain() as drain:
+    while pending:
+      # Look without waiting and sleep in Python: in a test, ray.wait(timeout=0.5) with
+      # the drain signal arriving returned only when a job ended, minutes later.
+      time.sleep(0.5)
+      ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
+      for ref in [r for r in waiting
+                  if r in ready or _lock_stamps(pending[r]) != stamps[r]]:
+        waiting.discard(ref)
+        progress.start(pending[ref])
+      progress.workers = max(progress.workers, len(pending) - len(waiting))
+      for ref in ready:
+        _ray_result(ray, ref, pending.pop(ref), progress)
+      if drain.requested and waiting:
+        for ref in waiting:
+          ray.cancel(ref)  # Not started: Ray drops it from its queue.
+        # A task may have ended between the look and the cancel: it counts as run.
+        left = [pending[ref] for ref in waiting
+                if not _ray_result(ray, ref, pending[ref], progress, cancelled=True)]
+        for ref in waiting:
+          del pending[ref]
+        waiting.clear()
+        progress.leave(left)
 
 
 def _finished_steps(job: Job, steps: int) -> str:
