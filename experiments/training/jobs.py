@@ -797,20 +797,18 @@ def _lock_stamps(job: Job) -> list:
 def _ray_result(ray, ref, job: Job, progress: Progress, cancelled: bool = False) -> bool:
   """Reports the ended task `ref` of `job` as finished or failed; False (nothing
   reported) if it was `cancelled` before it started."""
+  error = None
   try:
     ray.get(ref)
   except ray.exceptions.TaskCancelledError:
     if cancelled:
       return False
-    progress.finish(job, "cancelled")
+    error = "cancelled"
   except Exception as e:  # pylint: disable=broad-except
-    if cancelled:
-      progress.start(job)
-    progress.finish(job, f"{type(e).__name__}: {str(e).splitlines()[0]}")
-  else:
-    if cancelled:
-      progress.start(job)
-    progress.finish(job)
+    error = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+  if cancelled:  # It ended before the cancel, unseen: it did start.
+    progress.start(job)
+  progress.finish(job, error)
   return True
 
 
@@ -827,10 +825,10 @@ def _run_ray(jobs, progress, job_fn, ray_address, gpus_per_job, max_retries):
              log_to_driver=False)
   remote = ray.remote(num_cpus=1, num_gpus=gpus_per_job, max_retries=max_retries,
                       retry_exceptions=False)(_ray_task)
-  stamps = [_lock_stamps(job) for job in jobs]  # Before any task can start.
+  before = [_lock_stamps(job) for job in jobs]  # Before any task can start.
   pending = {remote.remote(job_fn, job.config, job.workdir, job.companion_args): job
              for job in jobs}
-  stamps = dict(zip(pending, stamps))
+  stamps = dict(zip(pending, before))
   waiting = set(pending)  # Tasks whose training has not been seen to start.
   progress.workers = 1
   with _Drain() as drain:
