@@ -154,9 +154,17 @@ class _LibraryLog:
     except (OSError, ValueError):
       # A full disk, or the file already closed by the interpreter's shutdown while a
       # library still logs (orbax's unretrieved futures, collected last): the one-line
-      # error still says what failed, and nothing reaches stderr.
-      pass
+      # error still says what failed, and nothing reaches stderr. A write cut short
+      # (a file-size limit, a disk filled midway) still left its start in the file,
+      # usually the line that says what failed: the error line points to it.
+      self.used = self.used or self._holds_anything()
     return len(text)
+
+  def _holds_anything(self) -> bool:
+    try:
+      return os.fstat(self.file.fileno()).st_size > 0
+    except (OSError, ValueError):
+      return False
 
   def flush(self) -> None:
     pass

@@ -293,6 +293,31 @@ def test_a_full_disk_while_saving_is_one_line_and_the_details_go_to_a_log(tmp_pa
     assert "Traceback" in (run / "library.log").read_text()
 
 
+def test_a_log_write_cut_short_by_the_file_size_limit_still_counts_as_written(tmp_path):
+  # The full-disk test above failed in CI when the first message to reach the log was
+  # longer than the 4 KiB limit: its start was in the file, but the stream said it held
+  # nothing and the error line did not point to it. Here that order is forced.
+  path = tmp_path / "library.log"
+  script = f"""
+import resource
+from experiments import cli
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+log = cli._LibraryLog({str(path)!r})
+log.write("Traceback (most recent call last):\\n" + "x" * 10000)
+first = log.used
+log.write("a second message, refused whole\\n")
+print(first, log.used)
+"""
+  out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=ENV, capture_output=True,
+                       text=True, timeout=120)
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert out.stdout.split() == ["True", "True"]
+  text = path.read_text()
+  assert text.startswith("Traceback (most recent call last):") and 0 < len(text) <= 4096
+  # Nothing cut short went elsewhere: the terminal stays clean.
+  assert "xxxx" not in out.stderr
+
+
 def test_a_storage_failure_points_to_the_log_even_before_the_library_prints(tmp_path):
   # The full-disk test above depends on when orbax's threads print: here no library has
   # printed anything when the error comes, and the line must still point to the log,
