@@ -217,6 +217,31 @@ def test_before_any_training_finished_the_eta_is_read_from_the_running_ones_pace
   assert progress.eta_seconds() == pytest.approx((300 + 300 + 400) / 2)
 
 
+def test_the_pace_is_the_last_interval_once_two_are_logged_since_the_start(
+    monkeypatch, tmp_path):
+  """The first interval logged since a start holds the compilation: from the second on,
+  the pace is the last interval's steps per second, which follows the machine's load."""
+  clock = [0.0]
+  monkeypatch.setattr(sweep, "time", types.SimpleNamespace(time=lambda: clock[0]))
+  workdir = tmp_path / "rope"
+  os.makedirs(workdir)
+  def record(*rates):  # Records every 100 steps from step 100 (resumed there).
+    with open(workdir / "metrics.jsonl", "w") as f:
+      f.writelines(json.dumps({"step": 100 * (i + 1), "loss": 0.1, "steps_per_second": r})
+                   + "\n" for i, r in enumerate((5.0, *rates)))
+  record()
+  progress = sweep.Progress(2, 0, 1, 2)
+  progress.start(sweep.Job("reverse_string", "rope", str(workdir),
+                           {"training": {"steps": 1000}}, "rope"))
+  clock[0] = 200.0
+  record(0.5)  # One interval since the start, compiling: its steps over its time.
+  assert progress.eta_seconds() == pytest.approx(2.0 * 800 + 2.0 * 1000)
+  record(0.5, 4.0)  # 4 steps/s: 700 left, and the next training at that pace.
+  assert progress.eta_seconds() == pytest.approx(700 / 4 + 1000 / 4)
+  record(0.5, 4.0, 2.0)  # Slower now (other work started): the last interval counts.
+  assert progress.eta_seconds() == pytest.approx(600 / 2 + 1000 / 2)
+
+
 def test_the_heartbeat_prints_the_count_the_eta_and_each_running_step(
     monkeypatch, capsys, tmp_path):
   """Between starts and ends, the heartbeat prints a line every interval with the steps

@@ -523,6 +523,9 @@ class Progress:
   since it started, against its config's `training.steps`), else what the mean leaves
   of it: a job slower than the mean is not reported as due. Before any training has
   finished, the running ones' paces stand in for the mean (no ETA without a pace).
+  The pace is the last logged interval's steps per second once a training has logged
+  two since it started (the first holds its compilation, and the last follows the
+  machine's load as other work starts and ends), before that its steps over its time.
 
   `heartbeat(seconds)` also prints the count, the ETA and each running training's step
   every `seconds` while jobs train, so a long job's log says how far it got.
@@ -574,10 +577,15 @@ class Progress:
     now = time.time()
     paced = {}  # Name: (remainder, whole training) at the training's own pace.
     for name, (started, job, steps_at_start) in list(self._started.items()):
-      steps, recorded = _training_steps(job), _trained_to(job.workdir)
-      if None not in (steps, recorded) and recorded > steps_at_start:
+      steps, since = _training_steps(job), _records_after(job.workdir, steps_at_start)
+      if steps is None or not since:
+        continue
+      recorded, last_rate = since[-1]["step"], since[-1].get("steps_per_second")
+      if len(since) >= 2 and isinstance(last_rate, (int, float)) and last_rate > 0:
+        per_step = 1.0 / last_rate
+      else:
         per_step = (now - started) / (recorded - steps_at_start)
-        paced[name] = (per_step * max(steps - recorded, 0), per_step * steps)
+      paced[name] = (per_step * max(steps - recorded, 0), per_step * steps)
     if self._durations:
       mean = sum(self._durations) / len(self._durations)
     elif paced:
@@ -866,15 +874,25 @@ def _finished_steps(job: Job, steps: int) -> str:
           f"learned at step {stopped} of {steps}: training.stop_when_learned stopped it")
 
 
+def _step_records(workdir: str) -> list[dict] | None:
+  """metrics.jsonl's records (None without one, or a damaged one)."""
+  try:
+    return [r for r in io_utils.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
+            if isinstance(r, dict) and isinstance(r.get("step"), int)]
+  except (io_utils.CorruptFileError, OSError):
+    return None
+
+
 def _trained_to(workdir: str) -> int | None:
   """The last step metrics.jsonl records (None without one, or a damaged one): how far a
   stopped job got."""
-  try:
-    steps = [r["step"] for r in io_utils.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
-             if isinstance(r, dict) and "step" in r]
-  except (io_utils.CorruptFileError, OSError):
-    return None
-  return steps[-1] if steps else None
+  records = _step_records(workdir)
+  return records[-1]["step"] if records else None
+
+
+def _records_after(workdir: str, step: int) -> list[dict]:
+  """metrics.jsonl's records of the steps after `step` (none if it is missing or damaged)."""
+  return [r for r in _step_records(workdir) or [] if r["step"] > step]
 
 
 def plan(config: ml_collections.ConfigDict, sweep_dir: str,
