@@ -72,22 +72,19 @@ def draining_job(config_dict, workdir, companions=()):
 def ray_draining_job(config_dict, workdir, companions=()):
   """For a Ray sweep, whatever order and concurrency Ray gives its tasks: the first job
   to start takes its folder's lock (started, to the driver), asks the driver
-  (SWEEP_DRIVER_PID) to drain and its own worker too, gives the driver 3 s to see it,
-  then trains. Every other job waits for that before it takes its lock (not started),
-  so the driver cancels it; it goes on after 60 s, so that a drain missed fails the
-  test's counts instead of hanging it."""
+  (SWEEP_DRIVER_PID) to drain and its own worker too, then trains. Every other job waits
+  before it takes its lock (not started) for the driver's cancel to interrupt it; it
+  goes on after 60 s, so that a drain missed fails the test's counts instead of hanging
+  it."""
   sweep_dir = os.path.dirname(os.path.dirname(workdir))
-  released = os.path.join(sweep_dir, "drain-sent")
   try:
     os.close(os.open(os.path.join(sweep_dir, "first"), os.O_CREAT | os.O_EXCL))
   except FileExistsError:
     deadline = time.time() + 60
-    while not os.path.exists(released) and time.time() < deadline:
-      time.sleep(0.05)
+    while time.time() < deadline:
+      time.sleep(0.05)  # Short sleeps: the cancel's KeyboardInterrupt ends the wait.
   else:
     with workdir_lib.locked(workdir):
       os.kill(int(os.environ["SWEEP_DRIVER_PID"]), sweep.DRAIN_SIGNAL)
       os.kill(os.getpid(), sweep.DRAIN_SIGNAL)
-      time.sleep(3.0)
-    io_utils.atomic_write_text(released, "sent")
   return counting_job(config_dict, workdir, companions)

@@ -11,6 +11,7 @@ import pytest
 import tasks
 from configs import table1
 from experiments.storage import checkpoints
+from experiments.storage import io_utils
 from experiments.training import data
 from experiments.training import evaluation
 from experiments.analysis import tables as report
@@ -155,6 +156,52 @@ def test_ray_sweep_survives_a_killed_worker_and_drains(tmp_path):
   assert len(ran) == 1 and _completions(ran[0]) == 1
   left = [j for j in sweep.make_jobs(drain_config, drain_dir) if j not in ran]
   assert len(left) == 2 and not any(os.path.exists(j.workdir) for j in left)  # Not started.
+
+
+class _FakeRay:
+  """What `_ray_result` uses of Ray: `get` gives the task's result or raises."""
+
+  class exceptions:  # pylint: disable=invalid-name
+    TaskCancelledError = type("TaskCancelledError", (Exception,), {})
+
+  def __init__(self, outcome):
+    self.outcome = outcome
+
+  def get(self, ref):
+    del ref
+    if isinstance(self.outcome, Exception):
+      raise self.outcome
+    return self.outcome
+
+
+def test_a_ray_task_begun_after_the_drain_leaves_its_job_to_a_later_run(tmp_path):
+  """Ray may hand a task to a worker and miss its cancel (ray#24359): the task then
+  finds the driver's drain marker before its job starts, and the driver counts it as
+  not started, as one the cancel reached; a job that ran before the cancel counts."""
+  marker = str(tmp_path / (sweep.DRAIN_MARKER_PREFIX + "1-2"))
+  ran = []
+  def job_fn(config, workdir, companions):
+    del config, companions
+    ran.append(workdir)
+    return {"trained": workdir}
+  before = signal.getsignal(sweep.DRAIN_SIGNAL)
+  try:
+    assert sweep._ray_task(job_fn, {}, "a", (), marker) == {"trained": "a"}
+    io_utils.atomic_write_text(marker, "drained\n")
+    not_started = sweep._ray_task(job_fn, {}, "b", (), marker)
+  finally:
+    signal.signal(sweep.DRAIN_SIGNAL, before)
+  assert ran == ["a"]
+
+  jobs = sweep.make_jobs(_tiny_sweep_config(), str(tmp_path / "sweep"))
+  cancelled = _FakeRay.exceptions.TaskCancelledError("cancelled")
+  for outcome, counted in ((not_started, False), (cancelled, False), ({"trained": "a"}, True)):
+    progress = sweep.Progress(len(jobs), 0, 1, len(jobs))
+    assert sweep._ray_result(_FakeRay(outcome), None, jobs[0], progress, cancelled=True) is counted
+    assert (progress.done, progress.failed) == ((1, []) if counted else (0, []))
+  progress = sweep.Progress(len(jobs), 0, 1, len(jobs))  # Not drained: cannot happen.
+  assert sweep._ray_result(_FakeRay(not_started), None, jobs[0], progress) is True
+  assert (progress.done, progress.failed) == (0, [jobs[0].name])
 
 
 def _fixture_eval(task, pe, unseen_by_model, lengths=(1, 2, 3, 4)):

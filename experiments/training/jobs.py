@@ -616,13 +616,16 @@ class Progress:
       done.set()
       thread.join()
 
-  def leave(self, trainings):
-    """The `trainings` (not started) are left to a later run: a drain request."""
+  def leave(self, trainings, started: bool = False):
+    """The `trainings` (not `started`, else stopped) are left to a later run: a drain
+    request."""
     members = [m.name for t in trainings for m in t.members]
     if not members:
       return
     self.total -= len(members)
     self.later += len(members)
+    if started:
+      return
     self._unstarted -= len(trainings)
     self._say(f"[sweep] {DRAIN_SIGNAL.name}: the running jobs finish, {len(members)} not "
               f"started are left to a later run: {', '.join(members)}")
@@ -790,9 +793,19 @@ def _run_workers(jobs, progress, job_fn, workers, max_retries, drain):
   raise SweepInterrupted()
 
 
-def _ray_task(job_fn, config: dict, workdir: str, companions):
-  """One job in a Ray worker, which ignores the drain signal (meant for the driver)."""
+# A drained Ray sweep's marker file in the sweep folder, written before its tasks are
+# cancelled: a task Ray has handed to a worker but not begun may miss `ray.cancel` (a
+# known race of Ray's), so each task looks for it before it starts its job.
+DRAIN_MARKER_PREFIX = ".drained-"
+_NOT_STARTED = "not started: the sweep was drained"
+
+
+def _ray_task(job_fn, config: dict, workdir: str, companions, drain_marker: str):
+  """One job in a Ray worker, which ignores the drain signal (meant for the driver);
+  none if the sweep was drained before the task began (`_NOT_STARTED`)."""
   signal.signal(DRAIN_SIGNAL, signal.SIG_IGN)
+  if os.path.exists(drain_marker):
+    return _NOT_STARTED
   return job_fn(config, workdir, companions)
 
 
@@ -807,25 +820,27 @@ def _ray_result(ray, ref, job: Job, progress: Progress, cancelled: bool = False)
   reported) if it was `cancelled` before it started."""
   error = None
   try:
-    ray.get(ref)
+    not_started = isinstance(result := ray.get(ref), str) and result == _NOT_STARTED
   except ray.exceptions.TaskCancelledError:
+    not_started = True
+  except Exception as e:  # pylint: disable=broad-except
+    not_started, error = False, f"{type(e).__name__}: {str(e).splitlines()[0]}"
+  if not_started:
     if cancelled:
       return False
     error = "cancelled"
-  except Exception as e:  # pylint: disable=broad-except
-    error = f"{type(e).__name__}: {str(e).splitlines()[0]}"
   if cancelled:  # It ended before the cancel, unseen: it did start.
     progress.start(job)
   progress.finish(job, error)
   return True
 
 
-def _run_ray(jobs, progress, job_fn, ray_address, gpus_per_job, max_retries):
+def _run_ray(jobs, progress, job_fn, sweep_dir, ray_address, gpus_per_job, max_retries):
   """One Ray task a training, all submitted at once; the cluster runs as many as its
   resources allow. A job counts as started (progress, ETA) when its training has taken
   its folder's lock, and the ETA spreads over as many jobs as have run at once. A drain
   request (DRAIN_SIGNAL) cancels the tasks not started, left to a later run, and lets
-  the running ones finish."""
+  the running ones finish (a task cancelled as it took its lock counts as stopped)."""
   import ray  # pylint: disable=import-outside-toplevel
 
   if not ray.is_initialized():
@@ -834,34 +849,53 @@ def _run_ray(jobs, progress, job_fn, ray_address, gpus_per_job, max_retries):
   remote = ray.remote(num_cpus=1, num_gpus=gpus_per_job, max_retries=max_retries,
                       retry_exceptions=False)(_ray_task)
   before = [_lock_stamps(job) for job in jobs]  # Before any task can start.
-  pending = {remote.remote(job_fn, job.config, job.workdir, job.companion_args): job
+  marker = os.path.join(os.path.abspath(sweep_dir),
+                        f"{DRAIN_MARKER_PREFIX}{os.getpid()}-{time.time_ns()}")
+  pending = {remote.remote(job_fn, job.config, job.workdir, job.companion_args, marker): job
              for job in jobs}
   stamps = dict(zip(pending, before))
   waiting = set(pending)  # Tasks whose training has not been seen to start.
   progress.workers = 1
+  def look(refs, ready=()):
+    """Counts as started the `refs` whose training took its lock (or ended)."""
+    for ref in [r for r in refs if r in ready or _lock_stamps(pending[r]) != stamps[r]]:
+      waiting.discard(ref)
+      progress.start(pending[ref])
+
   with _Drain() as drain:
-    while pending:
-      # Look without waiting and sleep in Python: in a test, ray.wait(timeout=0.5) with
-      # the drain signal arriving returned only when a job ended, minutes later.
-      time.sleep(0.5)
-      ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
-      for ref in [r for r in waiting
-                  if r in ready or _lock_stamps(pending[r]) != stamps[r]]:
-        waiting.discard(ref)
-        progress.start(pending[ref])
-      progress.workers = max(progress.workers, len(pending) - len(waiting))
-      for ref in ready:
-        _ray_result(ray, ref, pending.pop(ref), progress)
-      if drain.requested and waiting:
-        for ref in waiting:
-          ray.cancel(ref)  # Not started: Ray drops it from its queue.
-        # A task may have ended between the look and the cancel: it counts as run.
-        left = [pending[ref] for ref in waiting
-                if not _ray_result(ray, ref, pending[ref], progress, cancelled=True)]
-        for ref in waiting:
-          del pending[ref]
-        waiting.clear()
-        progress.leave(left)
+    try:
+      while pending:
+        # Look without waiting and sleep in Python: in a test, ray.wait(timeout=0.5) with
+        # the drain signal arriving returned only when a job ended, minutes later.
+        time.sleep(0.5)
+        ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
+        look(list(waiting), ready)
+        progress.workers = max(progress.workers, len(pending) - len(waiting))
+        for ref in ready:
+          _ray_result(ray, ref, pending.pop(ref), progress)
+        if drain.requested and waiting:
+          look(list(waiting))  # Those that took their lock since the look above run on.
+          io_utils.atomic_write_text(marker, "drained\n")
+          for ref in waiting:
+            ray.cancel(ref)  # Not started: Ray drops it from its queue, or interrupts it.
+          left = []
+          for ref in waiting:
+            # A task may have ended between the look and the cancel: it counts as run.
+            if _ray_result(ray, ref, pending[ref], progress, cancelled=True):
+              continue
+            if _lock_stamps(pending[ref]) == stamps[ref]:
+              left.append(pending[ref])
+            else:  # Interrupted as it took its lock: a later run resumes it.
+              progress.start(pending[ref])
+              progress.stop(pending[ref], "the drain interrupted it as it started")
+              progress.leave([pending[ref]], started=True)
+          for ref in waiting:
+            del pending[ref]
+          waiting.clear()
+          progress.leave(left)
+    finally:
+      if os.path.exists(marker):
+        os.remove(marker)
 
 
 def _finished_steps(job: Job, steps: int) -> str:
@@ -1089,5 +1123,6 @@ def run_sweep(config: ml_collections.ConfigDict, sweep_dir: str, executor: str =
     if executor == "local":
       _run_local(trainings, progress, job_fn, workers, max_retries)
     else:
-      _run_ray(trainings, progress, job_fn, ray_address, gpus_per_job, max_retries)
+      _run_ray(trainings, progress, job_fn, sweep_dir, ray_address, gpus_per_job,
+               max_retries)
   return progress
