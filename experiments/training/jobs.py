@@ -856,9 +856,12 @@ def _run_ray(jobs, progress, job_fn, sweep_dir, ray_address, gpus_per_job, max_r
   stamps = dict(zip(pending, before))
   waiting = set(pending)  # Tasks whose training has not been seen to start.
   progress.workers = 1
+  def took_lock(ref) -> bool:
+    return _lock_stamps(pending[ref]) != stamps[ref]
+
   def look(refs, ready=()):
     """Counts as started the `refs` whose training took its lock (or ended)."""
-    for ref in [r for r in refs if r in ready or _lock_stamps(pending[r]) != stamps[r]]:
+    for ref in [r for r in refs if r in ready or took_lock(r)]:
       waiting.discard(ref)
       progress.start(pending[ref])
 
@@ -883,7 +886,7 @@ def _run_ray(jobs, progress, job_fn, sweep_dir, ray_address, gpus_per_job, max_r
             # A task may have ended between the look and the cancel: it counts as run.
             if _ray_result(ray, ref, pending[ref], progress, cancelled=True):
               continue
-            if _lock_stamps(pending[ref]) == stamps[ref]:
+            if not took_lock(ref):
               left.append(pending[ref])
             else:  # Interrupted as it took its lock: a later run resumes it.
               progress.start(pending[ref])
@@ -894,7 +897,7 @@ def _run_ray(jobs, progress, job_fn, sweep_dir, ray_address, gpus_per_job, max_r
           waiting.clear()
           progress.leave(left)
     finally:
-      if os.path.exists(marker):
+      with contextlib.suppress(FileNotFoundError):
         os.remove(marker)
 
 
