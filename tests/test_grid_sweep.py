@@ -12,6 +12,7 @@ import tasks
 from configs import table1
 from experiments.storage import checkpoints
 from experiments.storage import io_utils
+from experiments.storage import workdir as workdir_lib
 from experiments.training import data
 from experiments.training import evaluation
 from experiments.analysis import tables as report
@@ -176,7 +177,8 @@ class _FakeRay:
 
 def test_a_ray_task_begun_after_the_drain_leaves_its_job_to_a_later_run(tmp_path):
   """Ray may hand a task to a worker and miss its cancel (ray#24359): the task then
-  finds the driver's drain marker before its job starts, and the driver counts it as
+  finds the driver's drain marker before its job starts, or before its training takes
+  its folder's lock (refused, leaving no folder), and the driver counts it as
   not started, as one the cancel reached; a job that ran before the cancel counts."""
   marker = str(tmp_path / (sweep.DRAIN_MARKER_PREFIX + "1-2"))
   ran = []
@@ -184,14 +186,21 @@ def test_a_ray_task_begun_after_the_drain_leaves_its_job_to_a_later_run(tmp_path
     del config, companions
     ran.append(workdir)
     return {"trained": workdir}
+  def slow_start(config, workdir, companions):  # Drained while it prepared its start.
+    io_utils.atomic_write_text(marker, "drained\n")
+    with workdir_lib.locked(workdir):
+      return job_fn(config, workdir, companions)
   before = signal.getsignal(sweep.DRAIN_SIGNAL)
   try:
     assert sweep._ray_task(job_fn, {}, "a", (), marker) == {"trained": "a"}
-    io_utils.atomic_write_text(marker, "drained\n")
+    refused = sweep._ray_task(slow_start, {}, str(tmp_path / "c"), (), marker)
     not_started = sweep._ray_task(job_fn, {}, "b", (), marker)
   finally:
     signal.signal(sweep.DRAIN_SIGNAL, before)
-  assert ran == ["a"]
+  assert ran == ["a"] and refused == not_started
+  assert not os.path.exists(tmp_path / "c")  # The refused start left nothing behind.
+  with workdir_lib.locked(str(tmp_path / "c")):  # The refusal ended with the task.
+    pass
 
   jobs = sweep.make_jobs(_tiny_sweep_config(), str(tmp_path / "sweep"))
   cancelled = _FakeRay.exceptions.TaskCancelledError("cancelled")

@@ -43,6 +43,28 @@ class WorkdirBusy(RuntimeError):
   """Another process holds the workdir's lock."""
 
 
+class StartRefused(RuntimeError):
+  """A run was not begun: the process's start refusal (`refusing_starts`) said so."""
+
+
+# A check this process runs before it takes a folder's lock, set by `refusing_starts`:
+# a reason to refuse the start, or None.
+_refusal = None
+
+
+@contextlib.contextmanager
+def refusing_starts(reason):
+  """Within the block, `locked` raises StartRefused, before touching the folder, whenever
+  `reason()` returns a reason (a drained Ray sweep's task that Ray handed to a worker
+  despite the cancel stops there, however far its job had gone towards its start)."""
+  global _refusal  # pylint: disable=global-statement
+  before, _refusal = _refusal, reason
+  try:
+    yield
+  finally:
+    _refusal = before
+
+
 def _flatten(d: dict, prefix: str = "") -> dict:
   out = {}
   for key, value in d.items():
@@ -182,7 +204,10 @@ def locked(workdir: str):
 
   A workdir this call creates is removed again if the block fails before writing
   anything but the lock, so a refused or failed start leaves nothing behind.
+  StartRefused if the process refuses starts now (`refusing_starts`).
   """
+  if _refusal is not None and (reason := _refusal()):
+    raise StartRefused(f"{workdir} not started: {reason}")
   created = not os.path.exists(workdir)
   os.makedirs(workdir, exist_ok=True)
   path = os.path.join(workdir, LOCK_FILE)

@@ -794,19 +794,26 @@ def _run_workers(jobs, progress, job_fn, workers, max_retries, drain):
 
 
 # A drained Ray sweep's marker file in the sweep folder, written before its tasks are
-# cancelled: a task Ray has handed to a worker but not begun may miss `ray.cancel` (a
-# known race of Ray's), so each task looks for it before it starts its job.
+# cancelled: a task Ray has handed to a worker may miss `ray.cancel` (a known race of
+# Ray's), so each task looks for it before it starts its job and again before its
+# training takes a folder's lock (`workdir.refusing_starts`).
 DRAIN_MARKER_PREFIX = ".drained-"
 _NOT_STARTED = "not started: the sweep was drained"
 
 
 def _ray_task(job_fn, config: dict, workdir: str, companions, drain_marker: str):
   """One job in a Ray worker, which ignores the drain signal (meant for the driver);
-  none if the sweep was drained before the task began (`_NOT_STARTED`)."""
+  none (`_NOT_STARTED`) if the sweep was drained before the task began or before its
+  training took a folder's lock."""
   signal.signal(DRAIN_SIGNAL, signal.SIG_IGN)
-  if os.path.exists(drain_marker):
+  drained = lambda: os.path.exists(drain_marker) and "the sweep was drained"
+  if drained():
     return _NOT_STARTED
-  return job_fn(config, workdir, companions)
+  try:
+    with workdir_lib.refusing_starts(drained):
+      return job_fn(config, workdir, companions)
+  except workdir_lib.StartRefused:
+    return _NOT_STARTED
 
 
 def _lock_stamps(job: Job) -> list:

@@ -321,8 +321,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     eval.json files are written before this run's.
 
   Raises ValueError for bad settings or a workdir holding another run (nothing written),
-  WorkdirBusy if another process trains there, StorageError for operating-system
-  errors, stopping.Interrupted after saving on SIGINT/SIGTERM, NonFiniteLossError.
+  WorkdirBusy if another process trains there, StartRefused if this process refuses
+  starts now (a drained sweep's task, `workdir.refusing_starts`), StorageError for
+  operating-system errors, stopping.Interrupted after saving on SIGINT/SIGTERM,
+  NonFiniteLossError.
   """
   devices = jax.devices()
   if validated is None:
