@@ -49,9 +49,9 @@ Settings (variant names SETTING-ENCODING):
      d_model 48, 8 heads; H: 2 layers, d_model 64, 8 heads. A training step of batch 128
      on odds_first costs 1.37 and 1.43 GFLOP against the paper model's 4.10, and runs
      2.8 and 3.8 times as fast (17.5 and 23.8 steps/s against 6.2, alone on an idle 2-core
-     AMD EPYC Zen 3, 30 Nov 2026): do they learn in as few steps? At most 20,000 steps
-     (first run to 12,000, where odds_first had not learned, then trained on: the rate
-     is constant, so the two parts are one 20,000-step run).
+     AMD EPYC Zen 3, 30 Nov 2026): do they learn in as few steps? H at most 20,000
+     steps (first run to 12,000, where odds_first had not learned, then trained on: the
+     rate is constant, so the two parts are one 20,000-step run).
   I  H at twice the learning rate (1e-3): does the smaller model take a larger rate?
 Each setting is its own sweep into the same folder (its tasks differ):
   python -m experiments.sweep --config=configs/cpu_study.py:B --sweep_dir=results/cpu_study
@@ -77,9 +77,10 @@ _A = {
         "evaluation.max_buckets": 4, "evaluation.every_steps": 1000,
         "evaluation.periodic_batch_size": 64,
 }
-# G, H, I: on scale=cpu's protocol (CPU_PROTOCOL), trained on where it stops at 12,000
-# steps (odds_first, duplicate_string) up to 20,000 unless learned before.
-_SMALLER = {"training.stop_when_learned": 0.95, "training.steps": 20000}
+# G, H, I: on scale=cpu's protocol (CPU_PROTOCOL: 12,000 steps on these tasks), H and I
+# trained on up to 20,000 unless learned before.
+_SMALLER = {"training.stop_when_learned": 0.95}
+_LONGER = {**_SMALLER, "training.steps": 20000}
 # name -> (tasks, encodings in job order, dotted overrides shared by its encodings).
 SETTINGS = {
     "A": (TASKS, ENCODINGS, _A),
@@ -101,9 +102,9 @@ SETTINGS = {
     "G": (("odds_first", "duplicate_string"), ("randomized_relative",),
           {**_SMALLER, "model.num_layers": 3, "model.d_model": 48}),
     "H": (("odds_first", "duplicate_string"), ("randomized_relative",),
-          {**_SMALLER, "model.num_layers": 2}),
+          {**_LONGER, "model.num_layers": 2}),
     "I": (("odds_first", "duplicate_string"), ("randomized_relative",),
-          {**_SMALLER, "model.num_layers": 2, "grid.learning_rates": (1e-3,)}),
+          {**_LONGER, "model.num_layers": 2, "grid.learning_rates": (1e-3,)}),
     "F": (("missing_duplicate_string",), ("randomized_relative",),
           {**_A, "model.max_position": 512, "training.max_length": 20,
            "evaluation.max_length": 80, "training.batch_size": 64, "training.steps": 12000}),

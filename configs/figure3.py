@@ -52,7 +52,7 @@ def get_config(arg=None):
     scales.apply_small(config)
     config.sweep.variants = variants(SMALL_L)
     config.training.update(steps=1000, checkpoint_every=500)
-  elif scale == "cpu":
-    scales.apply_cpu(config)
+  elif scale in scales.CPU_SCALES:
+    scales.apply(config, scale)
     config.sweep.variants = variants(CPU_L)
   return config

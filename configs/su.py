@@ -82,9 +82,9 @@ def get_config(arg=None):
   config.progress = False
   if scale == "small":
     scales.apply_small(config)
-  elif scale == "cpu":
+  elif scale in scales.CPU_SCALES:
     config.sweep.tasks = scales.CPU_TASKS
-    scales.apply_cpu(config)
+    scales.apply(config, scale)
     # Its 3-seed grids one model after another: 1.11-1.18x the model-steps/s of vmap at
     # this size on a 2-core CPU (docs/benchmark.md, "Grids"). Table 1's cpu jobs keep
     # vmap, the layout their committed results trained with (Table 3 reuses them).

@@ -56,8 +56,8 @@ def get_config(arg=None):
     config.training.update(steps=1000, batch_size=64, max_length=10, log_every=250,
                            checkpoint_every=500)
     config.evaluation.update(max_length=30, batch_size=64, max_buckets=6)
-  elif scale == "cpu":
+  elif scale in scales.CPU_SCALES:
     config.sweep.tasks = scales.CPU_TASKS
     config.sweep.encodings = CPU_ENCODINGS
-    scales.apply_cpu(config)
+    scales.apply(config, scale)
   return config

@@ -45,7 +45,7 @@ def get_config(arg=None):
     scales.apply_small(config)
     config.sweep.tasks = SMALL_TASKS
     config.training.update(steps=1000, checkpoint_every=500)
-  elif scale == "cpu":
+  elif scale in scales.CPU_SCALES:
     config.sweep.tasks = scales.CPU_TASKS
-    scales.apply_cpu(config)
+    scales.apply(config, scale)
   return config

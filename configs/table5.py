@@ -51,7 +51,7 @@ def get_config(arg=None):
     config.sweep.tasks = SMALL_TASKS
     config.sweep.encodings = ENCODINGS + SMALL_BASELINES
     scales.apply_small(config)
-  elif scale == "cpu":
+  elif scale in scales.CPU_SCALES:
     config.sweep.tasks = scales.CPU_TASKS
-    scales.apply_cpu(config)
+    scales.apply(config, scale)
   return config

@@ -30,7 +30,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "results")
 # results/<folder> -> the sweep config that made it, its config arguments and the
 # command line's overrides (the folder the README's commands name).
-COMMITTED = {"cpu_study": ("configs.cpu_study", ("A", "B", "C", "D", "E", "F", "D12", "E12")),
+COMMITTED = {"cpu_study": ("configs.cpu_study", ("A", "B", "C", "D", "E", "F", "D12", "E12",
+                                                 "G", "H", "I")),
              "table1_cpu": ("configs.table1", ("scale=cpu",)),
              "su_cpu": ("configs.su", ("scale=cpu",)),
              "table3_cpu": ("configs.table3", ("scale=cpu",)),
@@ -297,6 +298,9 @@ def test_the_ordering_figure_draws_every_cell_of_the_ordering_rows(tmp_path):
                       "|---|---|---|",
                       "| a | 60.0 → 70.5 ✓ | 40.0 → 45.0 ≈ |",
                       "| b | – | 30.0 → 20.0 † |"]
+  assert grid[-1].endswith("(no verdict), – not run yet.")
+  complete = report.ordering_grid_markdown([r for r in rows if r["task"] == "a"])
+  assert complete.splitlines()[-1].endswith("(no verdict).")  # No cell missing.
   assert report.ordering_grid_markdown(rows) in report.ordering_markdown(rows)
   path = tmp_path / "ordering.png"
   drawn = report.plot_ordering(rows, str(path))

@@ -70,6 +70,13 @@ def _without(d, paths, prefix=""):
 # The tasks whose steps or batch differ from the scale's 6,000 steps of batch 128, written
 # out here rather than read from scales.CPU_TASK_OVERRIDES, so that a change there fails.
 CPU_STEPS_AND_BATCH = {"odds_first": (12000, 128), "duplicate_string": (12000, 64)}
+# Per CPU scale: (layers, d_model, heads), steps and batch of most tasks, those of the
+# others, `training.stop_when_learned`.
+CPU_PROTOCOLS = {
+    "cpu": ((5, 64, 8), (6000, 128), CPU_STEPS_AND_BATCH, 0.0),
+    "cpu_lite": ((2, 64, 8), (10000, 128),
+                 {"odds_first": (20000, 128), "duplicate_string": (20000, 64)}, 0.95),
+}
 
 
 def _steps_and_batch(job_config):
@@ -77,9 +84,11 @@ def _steps_and_batch(job_config):
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
-def test_cpu_scale_resolves_to_the_protocol(name, tmp_path):
-  jobs = sweep.make_jobs(importlib.import_module(f"configs.{name}").get_config("scale=cpu"),
-                         str(tmp_path))
+@pytest.mark.parametrize("scale", scales.CPU_SCALES)
+def test_cpu_scales_resolve_to_their_protocol(name, scale, tmp_path):
+  model, steps_and_batch, by_task, learned = CPU_PROTOCOLS[scale]
+  jobs = sweep.make_jobs(
+      importlib.import_module(f"configs.{name}").get_config(f"scale={scale}"), str(tmp_path))
   assert jobs and not os.listdir(tmp_path)  # Listing jobs writes nothing.
   for job in jobs:
     validation.validate(ml_collections.ConfigDict(job.config))
@@ -94,10 +103,12 @@ def test_cpu_scale_resolves_to_the_protocol(name, tmp_path):
       assert big_l >= 4 * m, job.name
     # Every sequence the run samples positions for fits below L (else it stops at start).
     assert big_l >= data.sequence_length(tasks.get(job.task), m), job.name
-    assert (c["model"]["num_layers"], c["model"]["d_model"], c["model"]["num_heads"]) == (5, 64, 8)
+    assert (c["model"]["num_layers"], c["model"]["d_model"], c["model"]["num_heads"]) == model
     assert len(c["grid"]["seeds"]) >= 3 and len(set(c["grid"]["seeds"])) == len(c["grid"]["seeds"])
     # The scale's steps and batch, where a task needs others (CPU_TASK_OVERRIDES).
-    assert _steps_and_batch(c) == CPU_STEPS_AND_BATCH.get(job.task, (6000, 128)), job.name
+    assert _steps_and_batch(c) == by_task.get(job.task, steps_and_batch), job.name
+    # Figure 2 follows its runs to the end, on unseen lengths only.
+    assert c["training"]["stop_when_learned"] == (0.0 if name == "figure2" else learned)
 
 
 def test_cpu_table1_core_is_seven_tasks_by_three_pairs():
@@ -109,7 +120,7 @@ def test_cpu_table1_core_is_seven_tasks_by_three_pairs():
 
 def test_unknown_scale_is_one_line_naming_the_choices():
   for name in EXPERIMENTS:
-    with pytest.raises(ValueError, match=r"unknown scale 'huge'; valid choices: full, small, cpu"):
+    with pytest.raises(ValueError, match=r"unknown scale 'huge'; valid choices: full, small, cpu, cpu_lite$"):
       importlib.import_module(f"configs.{name}").get_config("scale=huge")
 
 

@@ -1222,8 +1222,9 @@ def ordering_grid_markdown(rows, header: str = "{family} → randomized") -> str
                    f"{VERDICT_MARKS[r['verdict']]}")
     lines.append(f"| {task} | " + " | ".join(cells) + " |")
   legend = ", ".join(f"{mark} {verdict}" for verdict, mark in VERDICT_MARKS.items())
+  missing = f", {MISSING} not run yet" if any(MISSING in line for line in lines[2:]) else ""
   return "\n".join(lines + ["", f"Unseen-length accuracy in %, mean over seeds; {legend} "
-                             f"(no verdict), {MISSING} not run yet."])
+                             f"(no verdict){missing}."])
 
 
 def ordering_markdown(rows) -> str:
