@@ -33,6 +33,7 @@ RESULTS = os.path.join(ROOT, "results")
 COMMITTED = {"cpu_study": ("configs.cpu_study", ("A", "B", "C", "D", "E", "F", "D12", "E12",
                                                  "G", "H", "I")),
              "table1_cpu": ("configs.table1", ("scale=cpu",)),
+             "table1_cpu_lite": ("configs.table1", ("scale=cpu_lite",)),
              "su_cpu": ("configs.su", ("scale=cpu",)),
              "table3_cpu": ("configs.table3", ("scale=cpu",)),
              # The relative pair of the Table 1 core, each job stopped where it had learned
