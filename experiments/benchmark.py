@@ -45,6 +45,11 @@ Sections:
          rates, one program) in each grid.layout (vmap, loop) against one model, at
          training length --grid_length, in --grid_rounds alternating rounds of about
          --steps model steps each.
+  sizes: the CPU protocol's training step (configs/scales.py, odds_first, batch 128)
+         for models of --size_models (LAYERSxD_MODELxHEADS): XLA's FLOPs and model-steps/s,
+         and each CPU scale's own 3-seed grid (`cpu`: 5 layers, vmap; `cpu_lite`: 2
+         layers, loop), in --size_rounds alternating rounds; ratios to the first model
+         (experiments/benchmarking/model_sizes.py). Not in the default sections.
   attention: one layer's attention (forward + backward) over the whole batch
          against cache-sized chunks (randomized_pe.attention), T = 20, 40, 80.
   buckets: training-length buckets (training.max_programs) and the persistent
@@ -100,6 +105,7 @@ from absl import flags
 from experiments.benchmarking import buckets
 from experiments.benchmarking import evaluation_speed
 from experiments.benchmarking import ito_speed
+from experiments.benchmarking import model_sizes
 from experiments.benchmarking import model_speed
 from experiments.benchmarking import roofline
 from experiments.benchmarking import task_generation
@@ -118,6 +124,12 @@ _GRID_LENGTH = flags.DEFINE_integer("grid_length", 20, "Input length of the grid
 _GRID_MODELS = flags.DEFINE_integer("grid_models", 30, "grid: models of the grid (a multiple "
                                     "of 3: seeds x 3 learning rates).")
 _GRID_ROUNDS = flags.DEFINE_integer("grid_rounds", 3, "grid: alternating rounds.")
+_SIZE_MODELS = flags.DEFINE_list(
+    "size_models", ["5x64x8", "4x48x8", "3x48x8", "3x48x4", "2x64x8", "3x32x4"],
+    "sizes: models, LAYERSxD_MODELxHEADS (the first is the ratios' reference).")
+_SIZE_TASK = flags.DEFINE_string("size_task", "odds_first", "sizes: the task.")
+_SIZE_STEPS = flags.DEFINE_integer("size_steps", 120, "sizes: grid steps timed a round.")
+_SIZE_ROUNDS = flags.DEFINE_integer("size_rounds", 2, "sizes: alternating rounds.")
 _BUCKET_PROGRAMS = flags.DEFINE_list(
     "bucket_programs", ["0", "1", "4", "8"],
     "training.max_programs settings timed by `buckets` (0: one program per length).")
@@ -223,6 +235,8 @@ def main(argv):
       "grid": lambda: model_speed.bench_grid(_GRID_LENGTH.value, _STEPS.value,
                                              _GRID_MODELS.value, _GRID_ROUNDS.value),
       "attention": lambda: model_speed.bench_attention(_REPEATS.value),
+      "sizes": lambda: model_sizes.bench_sizes(_SIZE_MODELS.value, _SIZE_TASK.value,
+                                               _SIZE_STEPS.value, _SIZE_ROUNDS.value),
       "buckets": lambda: buckets.bench_buckets(
           scratch=_SCRATCH.value, parts=_BUCKET_PARTS.value,
           max_train_length=_MAX_TRAIN_LENGTH.value, quick=_QUICK.value,
@@ -243,6 +257,12 @@ def main(argv):
   unknown = [s for s in _SECTIONS.value if s not in sections]
   if unknown:
     raise app.UsageError(f"unknown sections {unknown}; valid: {', '.join(sections)}")
+  if "sizes" in _SECTIONS.value:
+    try:
+      for spec in _SIZE_MODELS.value:
+        model_sizes.parse_model(spec)
+    except ValueError as e:
+      raise app.UsageError(f"--size_models: {e}") from None
   tunables = os.environ.get("GLIBC_TUNABLES", "")
   print(f"GLIBC_TUNABLES={tunables or '(unset)'} (see experiments/training/runtime.py)")
   results = {"glibc_tunables": tunables}

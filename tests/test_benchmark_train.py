@@ -127,3 +127,22 @@ def test_roofline_arithmetic_on_a_fake_cost_table():
   fitted = roofline.fit_costs({1: (1.0, 2.0), 2: (4.0, 3.0), 4: (16.0, 5.0)}, range(1, 6))
   assert fitted[3][0] == pytest.approx(9.0) and fitted[5][1] == pytest.approx(6.0)
   assert roofline.paper_table2_hours()[("reverse_string", "randomized_relative")] == 2.75
+
+
+def test_sizes_section_settings_and_its_one_line_errors():
+  from experiments.benchmarking import model_sizes  # pylint: disable=import-outside-toplevel
+  assert model_sizes.parse_model("2x64x8") == (2, 64, 8)
+  for bad, words in (("2x64", "LAYERSxD_MODELxHEADS"), ("0x64x8", "LAYERSxD_MODELxHEADS"),
+                     ("3x48x5", "not a multiple of 5 heads")):
+    with pytest.raises(ValueError, match=words):
+      model_sizes.parse_model(bad)
+  chosen = model_sizes.settings(["3x48x4"], "odds_first")
+  shapes = [(c.model.num_layers, c.model.d_model, c.model.num_heads, len(c.grid.seeds),
+             c.grid.layout, c.training.batch_size, c.training.max_length, c.task)
+            for _, c in chosen]
+  # One model of the size asked for, then each CPU scale's own grid, at one batch.
+  assert shapes == [(3, 48, 4, 1, "vmap", 128, 12, "odds_first"),
+                    (5, 64, 8, 3, "vmap", 128, 12, "odds_first"),
+                    (2, 64, 8, 3, "loop", 128, 12, "odds_first")]
+  assert [name for name, _ in chosen][1:] == ["scale=cpu: 3 seeds of 5 x 64, vmap",
+                                               "scale=cpu_lite: 3 seeds of 2 x 64, loop"]
