@@ -53,6 +53,12 @@ Settings (variant names SETTING-ENCODING):
      steps (first run to 12,000, where odds_first had not learned, then trained on: the
      rate is constant, so the two parts are one 20,000-step run).
   I  H at twice the learning rate (1e-3): does the smaller model take a larger rate?
+     Answers (30 Nov 2026): G and H learn duplicate_string at steps 11,000 and 10,000
+     (96.3% / 69.8% and 95.9% / 72.1% unseen; the paper's model: 5,000-6,000), and
+     odds_first more slowly: G 89.4% at 12,000, H 95.3% / 67.3% only at 20,000 (the
+     paper's model: 95.8% at 12,000); I no sooner (odds_first 94.2% at 20,000,
+     duplicate_string learned at 14,000). scale=cpu_lite
+     takes H's model (docs/cpu_protocol.md).
 Each setting is its own sweep into the same folder (its tasks differ):
   python -m experiments.sweep --config=configs/cpu_study.py:B --sweep_dir=results/cpu_study
 Finished jobs' small files are committed under results/cpu_study/, so the sweep resumes
