@@ -1759,11 +1759,12 @@ def write_study_report(sweep_dir: str, results: dict, out_dir: str) -> dict:
   _write_both(out_dir, "study", md, rows)
   for task in tasks:
     plt, fig, (by_step, by_time) = figures.panels(6, 4, 2)
-    for i, name in enumerate(names):
-      curve = curves.get((task, name))
-      if not curve:
-        continue
-      color = plt.get_cmap("tab10")(i % 10)
+    present = [name for name in names if curves.get((task, name))]
+    # A color per line of this figure (more than 10: tab20's), none shared.
+    palette = plt.get_cmap("tab10" if len(present) <= 10 else "tab20")
+    for i, name in enumerate(present):
+      curve = curves[task, name]
+      color = palette(i % palette.N)
       for ax, xs in ((by_step, curve["steps"]), (by_time, curve["seconds"])):
         ax.plot(xs, curve["train"], "-", color=color, label=f"{name} training lengths")
         ax.plot(xs, curve["unseen"], "--", color=color, label=f"{name} unseen lengths")
