@@ -55,12 +55,10 @@ def settings(models, task: str) -> list[tuple[str, object]]:
 
 
 def bench_sizes(models, task: str = "odds_first", steps: int = 120, rounds: int = 2) -> dict:
-  for spec in models:
-    parse_model(spec)  # Bad input fails before anything is compiled.
+  chosen = settings(models, task)  # Bad sizes fail here, before anything is compiled.
   print(f"device: {jax.device_count()} x {jax.devices()[0].device_kind}; "
         f"{timing.cpu_name()}; {task}, randomized_relative, batch 128, lengths 1..12 in 2 "
         f"programs; {steps} grid steps a round, {rounds} rounds; load {timing.load()}\n")
-  chosen = settings(models, task)
   runs = {name: [] for name, _ in chosen}
   for r in range(max(rounds, 1)):
     order = chosen[r % len(chosen):] + chosen[:r % len(chosen)]
