@@ -74,7 +74,7 @@ CPU_STEPS_AND_BATCH = {"odds_first": (12000, 128), "duplicate_string": (12000, 6
 # others, `training.stop_when_learned`.
 CPU_PROTOCOLS = {
     "cpu": ((5, 64, 8), (6000, 128), CPU_STEPS_AND_BATCH, 0.0),
-    "cpu_lite": ((2, 64, 8), (10000, 128),
+    "cpu_lite": ((2, 64, 8), (20000, 128),
                  {"odds_first": (30000, 128), "duplicate_string": (20000, 64)}, 0.95),
 }
 
