@@ -264,7 +264,7 @@ def test_resume_equals_uninterrupted_run(tmp_path, small_dataset):
     assert x == y
   ea = json.load(open(tmp_path / "straight" / "eval.json"))
   eb = json.load(open(tmp_path / "resumed" / "eval.json"))
-  for timing in ("train_seconds", "train_cpu_seconds"):
+  for timing in ("train_seconds", "train_cpu_seconds", *loop.EVALUATION_TIMES):
     assert ea.pop(timing) > 0 and eb.pop(timing) > 0
   assert ea == eb
   assert ea["splits"] == ["train", "test", "validation"] and ea["step"] == 7

@@ -302,6 +302,9 @@ def test_table2_hours_beside_the_paper(tmp_path):
   _job(sweep_dir, "reverse_string", "randomized_relative", [_model(0, 1e-3, 0.5, curve)])
   _job(sweep_dir, "duplicate_string", "relative", [_model(0, 1e-3, 0.5, curve)],
        train_seconds=900.0, train_cpu_seconds=2700.0)
+  _job(sweep_dir, "duplicate_string", "randomized_relative", [_model(0, 1e-3, 0.5, curve)],
+       train_seconds=3600.0, train_cpu_seconds=1800.0, evaluation_seconds=720.0,
+       evaluation_cpu_seconds=360.0)
   out = report.write_report(str(sweep_dir))  # No config.json: the paper's tables.
   assert out["kind"] == "paper"
   published = report.load_paper()["table2_running_hours_mean_std"]["hours"]["reverse_string"]
@@ -310,12 +313,19 @@ def test_table2_hours_beside_the_paper(tmp_path):
   assert rows[0] == ["task", "relative", "randomized_relative"]
   assert rows[1] == ["reverse_string", "0.5 [2] (2.61 ± 0.39)", "– (2.75 ± 0.41)"]
   # CPU hours where the job recorded them.
-  assert rows[2] == ["duplicate_string", "0.25 [1], 0.75 CPU (4.10 ± 0.54)", "– (4.24 ± 0.54)"]
-  assert rows[3] == ["total", "0.75 (2 of 2 jobs)", "–"]  # The column's job hours.
+  # And those of its evaluations, where the job recorded them.
+  assert rows[2] == ["duplicate_string", "0.25 [1], 0.75 CPU (4.10 ± 0.54)",
+                     "1 [1], 0.5 CPU + 0.1 evaluating (4.24 ± 0.54)"]
+  # The column's job hours, and the CPU hours of the jobs that recorded them.
+  assert rows[3] == ["total", "0.75 (2 of 2 jobs); 0.75 CPU (1 job)",
+                     "1 (1 of 2 jobs); 0.5 CPU (1 job); 0.1 CPU evaluating (1 job)"]
   rows = list(csv.reader(open(os.path.join(out["out_dir"], "table2.csv"))))
-  assert rows[1] == ["reverse_string", "relative", "0.5000", "2", "2.61", "0.39", ""]
-  assert rows[2] == ["reverse_string", "randomized_relative", "", "", "2.75", "0.41", ""]
-  assert rows[3] == ["duplicate_string", "relative", "0.2500", "1", "4.10", "0.54", "0.7500"]
+  assert rows[1] == ["reverse_string", "relative", "0.5000", "2", "2.61", "0.39", "", ""]
+  assert rows[2] == ["reverse_string", "randomized_relative", "", "", "2.75", "0.41", "", ""]
+  assert rows[3] == ["duplicate_string", "relative", "0.2500", "1", "4.10", "0.54", "0.7500",
+                     ""]
+  assert rows[4] == ["duplicate_string", "randomized_relative", "1.0000", "1", "4.24", "0.54",
+                     "0.5000", "0.1000"]
 
 
 def test_table5_report(tmp_path):

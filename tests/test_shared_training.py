@@ -13,7 +13,8 @@ from experiments.training import jobs as sweep
 from experiments.training import loop
 
 # Written per run; the rest of a companion's files must equal the run trained alone.
-TIMINGS = ("steps_per_second", "train_seconds", "train_cpu_seconds")
+TIMINGS = ("steps_per_second", "train_seconds", "train_cpu_seconds",
+           *loop.EVALUATION_TIMES)
 
 
 def tiny_config(steps=6):

@@ -16,7 +16,8 @@ from experiments.training import loop
 from experiments.training import validation
 from tests.test_training import tiny_config
 
-TIMING = ("steps_per_second", "train_seconds", "train_cpu_seconds")
+TIMING = ("steps_per_second", "train_seconds", "train_cpu_seconds",
+          *loop.EVALUATION_TIMES)
 
 
 def _config(steps=12, stop=0.0):

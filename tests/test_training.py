@@ -112,6 +112,10 @@ def test_resume_equals_uninterrupted_run(tmp_path):
   # CPU seconds over the same spans, carried through the checkpoint like the wall clock.
   for result in (final, resumed_final):
     assert 0 < result["train_cpu_seconds"] < 4 * result["train_seconds"]
+  # What the evaluations cost (two during training, the final one), carried alike.
+  for result in (final, resumed_final):
+    assert 0 < result["evaluation_cpu_seconds"] < 4 * result["evaluation_seconds"]
+  assert final["evaluation_seconds"] > final["train_seconds"] - seconds[1] >= 0
   for x, y in zip(ra, rb):  # Record for record, all but the timing.
     for timing in ("steps_per_second", "train_seconds"):
       x.pop(timing, None), y.pop(timing, None)
@@ -314,14 +318,26 @@ def test_training_clock_counts_wall_and_cpu_seconds_without_evaluation(monkeypat
 
   clock = loop.TrainingClock.from_carry({})  # A new run.
   advance(5.0, 8.0)
-  with clock.excluded():  # Evaluation during training.
+  with clock.excluded():  # Evaluation during training: counted apart.
     advance(3.0, 6.0)
   advance(2.0, 1.0)
-  assert clock.carry() == {"train_seconds": 7.0, "train_cpu_seconds": 9.0}
+  assert clock.carry() == {"train_seconds": 7.0, "train_cpu_seconds": 9.0,
+                           "evaluation_seconds": 3.0, "evaluation_cpu_seconds": 6.0}
   resumed = loop.TrainingClock.from_carry({"count": 2, **clock.carry()})
   advance(1.0, 0.5)
-  assert (resumed.seconds(), resumed.cpu_seconds()) == (8.0, 9.5)
-  # A checkpoint saved before CPU seconds were kept: its run's CPU time is unknown.
+  with resumed.evaluating():  # The final evaluation: evaluation, and training stopped.
+    advance(4.0, 2.0)
+  assert resumed.evaluation_seconds() == {"evaluation_seconds": 7.0,
+                                          "evaluation_cpu_seconds": 8.0}
+  assert (resumed.seconds(), resumed.cpu_seconds()) == (12.0, 11.5)  # Still running.
+  # A checkpoint saved before CPU seconds were kept: its run's CPU time is unknown, and
+  # so is what its evaluations cost.
   older = loop.TrainingClock.from_carry({"train_seconds": 7.0})
   advance(1.0, 1.0)
+  with older.excluded():
+    advance(1.0, 1.0)
   assert older.cpu_seconds() is None and older.carry() == {"train_seconds": 8.0}
+  assert older.evaluation_seconds() is None
+  # One saved before the evaluations' seconds were kept.
+  between = loop.TrainingClock.from_carry({"train_seconds": 7.0, "train_cpu_seconds": 5.0})
+  assert between.carry() == {"train_seconds": 7.0, "train_cpu_seconds": 5.0}

@@ -565,14 +565,15 @@ def _write_both(out_dir: str, name: str, md: str, rows: list[list]) -> None:
 
 
 def table2_cells(results: dict, tasks, encodings, paper: dict) -> dict:
-  """(task, encoding) -> ((our hours, models in the job, our CPU hours or None) or None,
-  (paper mean, std) or None).
+  """(task, encoding) -> ((our hours, models in the job, our CPU hours or None, the CPU
+  hours of its evaluations or None) or None, (paper mean, std) or None).
 
   Ours: the job's training seconds (eval.json's train_seconds: training wall time,
-  compiling included, evaluation excluded) in hours, and its process's CPU seconds over
-  the same spans (train_cpu_seconds, in jobs run since they were recorded) in hours. A
-  job trains its grid of models in one program, so its time is for all of them; the
-  paper's is for one model per GPU.
+  compiling included, evaluation excluded) in hours, its process's CPU seconds over
+  the same spans (train_cpu_seconds, in jobs run since they were recorded) in hours, and
+  the CPU seconds of its evaluations, during training and final (evaluation_cpu_seconds,
+  in jobs run since 30 Nov 2026) in hours. A job trains its grid of models in one
+  program, so its time is for all of them; the paper's is for one model per GPU.
   """
   published = paper.get("table2_running_hours_mean_std", {}).get("hours", {})
   cells = {}
@@ -581,9 +582,11 @@ def table2_cells(results: dict, tasks, encodings, paper: dict) -> dict:
       result = results.get((task, pe))
       ours = None
       if result and result.get("train_seconds") is not None:
-        cpu = result.get("train_cpu_seconds")
+        cpu, evaluation = (result.get(k) for k in ("train_cpu_seconds",
+                                                    "evaluation_cpu_seconds"))
         ours = (result["train_seconds"] / 3600, len(result["models"]),
-                None if cpu is None else cpu / 3600)
+                None if cpu is None else cpu / 3600,
+                None if evaluation is None else evaluation / 3600)
       ref = published.get(task, {}).get(pe)
       cells[task, pe] = (ours, tuple(ref) if ref else None)
   return cells
@@ -595,9 +598,11 @@ def table2_markdown(tasks, encodings, cells) -> str:
            "Cells: ours, the whole job (its grid of models trained together in one "
            "program; models in brackets; then, where the job recorded it, the CPU hours "
            "of its process, all threads, which neither other work beside it nor a pause "
-           "adds to) (paper: mean ± std over runs of one model on a "
-           f"V100). {MISSING}: no job, or a job without its time (runs made before times "
-           "were recorded). total: the sum of a column's job hours.",
+           "adds to, and those of its evaluations, during training and final) (paper: "
+           f"mean ± std over runs of one model on a V100). {MISSING}: no job, or a job "
+           "without its time (runs made before times were recorded). total: the sum of a "
+           "column's job hours, and of the CPU hours of those of its jobs that recorded "
+           "them.",
            "",
            "| task | " + " | ".join(encodings) + " |", "|---|" + "---:|" * len(encodings)]
   for task in tasks:
@@ -605,15 +610,21 @@ def table2_markdown(tasks, encodings, cells) -> str:
     for pe in encodings:
       ours, ref = cells[task, pe]
       ours_text = MISSING if ours is None else f"{ours[0]:.3g} [{ours[1]}]" + (
-          "" if ours[2] is None else f", {ours[2]:.3g} CPU")
+          "" if ours[2] is None else f", {ours[2]:.3g} CPU") + (
+          "" if ours[3] is None else f" + {ours[3]:.3g} evaluating")
       row.append(f"{ours_text} ({_pair_text(ref, 2)})")
     lines.append(f"| {task} | " + " | ".join(row) + " |")
   # What a column of jobs cost: the sum of the jobs' hours that have a time.
   totals = []
   for pe in encodings:
-    hours = [cells[task, pe][0][0] for task in tasks if cells[task, pe][0] is not None]
-    totals.append(f"{sum(hours):.3g} ({len(hours)} of {len(tasks)} jobs)" if hours
-                  else MISSING)
+    jobs = [cells[task, pe][0] for task in tasks if cells[task, pe][0] is not None]
+    text = f"{sum(j[0] for j in jobs):.3g} ({len(jobs)} of {len(tasks)} jobs)" if jobs \
+        else MISSING
+    for index, what in ((2, "CPU"), (3, "CPU evaluating")):
+      known = [j[index] for j in jobs if j[index] is not None]
+      if known:
+        text += f"; {sum(known):.3g} {what} ({len(known)} job{'s' * (len(known) > 1)})"
+    totals.append(text)
   lines.append("| total | " + " | ".join(totals) + " |")
   return "\n".join(lines)
 
@@ -622,15 +633,15 @@ def table2_csv(tasks, encodings, cells) -> str:
   buffer = io.StringIO()
   writer = csv.writer(buffer)
   writer.writerow(["task", "encoding", "ours_hours", "ours_models", "paper_mean", "paper_std",
-                   "ours_cpu_hours"])
+                   "ours_cpu_hours", "ours_evaluation_cpu_hours"])
   for task in tasks:
     for pe in encodings:
       ours, ref = cells[task, pe]
-      ours, ref = ours or (None, None, None), ref or (None, None)
+      ours, ref = ours or (None, None, None, None), ref or (None, None)
       writer.writerow([task, pe, "" if ours[0] is None else f"{ours[0]:.4f}",
                        "" if ours[1] is None else ours[1],
                        *["" if v is None else f"{v:.2f}" for v in ref],
-                       "" if ours[2] is None else f"{ours[2]:.4f}"])
+                       *["" if v is None else f"{v:.4f}" for v in ours[2:]]])
   return buffer.getvalue()
 
 

@@ -164,6 +164,10 @@ class MetricsInterval:
     return record
 
 
+# eval.json's keys for what evaluating a run cost: wall and CPU seconds (TrainingClock).
+EVALUATION_TIMES = ("evaluation_seconds", "evaluation_cpu_seconds")
+
+
 class TrainingClock:
   """Wall seconds spent training, evaluation during training excluded, carried across
   resumes through the checkpoints (the x axis of the paper's Figure 2; eval.json's
@@ -174,17 +178,28 @@ class TrainingClock:
   system; eval.json's train_cpu_seconds): what the run cost the machine, which neither
   other work beside it nor a paused process (SIGSTOP) adds to, as they add to wall time.
   None where a resumed run's checkpoint did not carry them (saved before they were kept).
+
+  And what the excluded evaluations cost, wall and CPU seconds (eval.json's
+  evaluation_seconds and evaluation_cpu_seconds, with the final evaluation's added): a
+  run's whole cost is its training's and its evaluations', those during training being
+  part of a protocol that stops where its models have learned. None where a resumed run's
+  checkpoint did not carry them.
   """
 
-  def __init__(self, carried: float = 0.0, carried_cpu: Optional[float] = 0.0):
+  def __init__(self, carried: float = 0.0, carried_cpu: Optional[float] = 0.0,
+               carried_evaluation: Optional[tuple] = (0.0, 0.0)):
     self._wall = _Stopwatch(time.perf_counter, carried)
     self._cpu = None if carried_cpu is None else _Stopwatch(time.process_time, carried_cpu)
+    self._evaluation = None if carried_evaluation is None else list(carried_evaluation)
 
   @classmethod
   def from_carry(cls, carry: dict) -> "TrainingClock":
     """The clock of a run resumed with a checkpoint's `carry()` (empty: a new run)."""
-    cpu = carry.get("train_cpu_seconds", None if "train_seconds" in carry else 0.0)
-    return cls(carry.get("train_seconds", 0.0), cpu)
+    older = "train_seconds" in carry  # Keys a checkpoint lacks were not kept when saved.
+    cpu = carry.get("train_cpu_seconds", None if older else 0.0)
+    evaluation = tuple(carry[k] for k in EVALUATION_TIMES) if EVALUATION_TIMES[0] in carry \
+        else None if older else (0.0, 0.0)
+    return cls(carry.get("train_seconds", 0.0), cpu, evaluation)
 
   def seconds(self) -> float:
     return self._wall.seconds()
@@ -192,19 +207,37 @@ class TrainingClock:
   def cpu_seconds(self) -> Optional[float]:
     return None if self._cpu is None else self._cpu.seconds()
 
+  def evaluation_seconds(self) -> Optional[dict]:
+    """{evaluation_seconds, evaluation_cpu_seconds} of the evaluations so far, or None."""
+    return None if self._evaluation is None else dict(zip(EVALUATION_TIMES, self._evaluation))
+
   def carry(self) -> dict:
     """What a checkpoint keeps of the clock."""
     cpu = self.cpu_seconds()
     return {"train_seconds": self.seconds(),
-            **({} if cpu is None else {"train_cpu_seconds": cpu})}
+            **({} if cpu is None else {"train_cpu_seconds": cpu}),
+            **(self.evaluation_seconds() or {})}
+
+  @contextlib.contextmanager
+  def evaluating(self) -> Iterator[None]:
+    """The block counts as evaluation (the final one, after training)."""
+    began = (time.perf_counter(), time.process_time())
+    try:
+      yield
+    finally:
+      if self._evaluation is not None:
+        self._evaluation[0] += time.perf_counter() - began[0]
+        self._evaluation[1] += time.process_time() - began[1]
 
   @contextlib.contextmanager
   def excluded(self) -> Iterator[None]:
-    """Neither clock counts the block (evaluation during training)."""
+    """Neither training clock counts the block, which counts as evaluation (evaluation
+    during training)."""
     watches = [w for w in (self._wall, self._cpu) if w is not None]
     began = [w.now() for w in watches]
     try:
-      yield
+      with self.evaluating():
+        yield
     finally:
       for watch, start in zip(watches, began):
         watch.exclude_since(start)
@@ -544,11 +577,18 @@ def _train_and_evaluate(config, source, model, workdir, store, devices, companio
   trained_to = int(np.asarray(trainer.state.step)[0])
 
   def final(run_config, run_model, run_evaluator):
-    result = run_evaluator.final(params, trainer.members, diverged, trained_to,
-                                 progress=run_config.progress and bar.terminal,
-                                 before_each=stop_during_evaluation)
+    before = clock.evaluation_seconds()
+    with clock.evaluating():
+      result = run_evaluator.final(params, trainer.members, diverged, trained_to,
+                                   progress=run_config.progress and bar.terminal,
+                                   before_each=stop_during_evaluation)
+    after = clock.evaluation_seconds()
     result = results.with_model(result, run_model)
-    result.update(spent)  # train_seconds and (where kept) train_cpu_seconds.
+    # train_seconds and (where kept) train_cpu_seconds; the evaluations during training
+    # (of every run sharing it) and this run's final one, where kept.
+    result.update(spent)
+    if after is not None:
+      result.update({k: spent[k] + after[k] - before[k] for k in EVALUATION_TIMES})
     if stopped is not None:
       result[learned.STOPPED] = stopped
     return result
