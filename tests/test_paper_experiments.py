@@ -298,7 +298,7 @@ def test_table2_hours_beside_the_paper(tmp_path):
   curve = [1.0, 1.0, 0.5, 0.5]
   _job(sweep_dir, "reverse_string", "relative", [_model(0, 1e-3, 0.5, curve),
                                                  _model(1, 1e-3, 0.5, curve)],
-       train_seconds=1800.0)
+       train_seconds=1800.0, train_cpu_seconds=3600.0)
   _job(sweep_dir, "reverse_string", "randomized_relative", [_model(0, 1e-3, 0.5, curve)])
   _job(sweep_dir, "duplicate_string", "relative", [_model(0, 1e-3, 0.5, curve)],
        train_seconds=900.0, train_cpu_seconds=2700.0)
@@ -311,16 +311,18 @@ def test_table2_hours_beside_the_paper(tmp_path):
   assert published["relative"] == [2.61, 0.39]
   rows = _table(out["table2"])
   assert rows[0] == ["task", "relative", "randomized_relative"]
-  assert rows[1] == ["reverse_string", "0.5 [2] (2.61 ± 0.39)", "– (2.75 ± 0.41)"]
+  assert rows[1] == ["reverse_string", "0.5 [2], 1 CPU (2.61 ± 0.39)", "– (2.75 ± 0.41)"]
   # CPU hours where the job recorded them.
   # And those of its evaluations, where the job recorded them.
   assert rows[2] == ["duplicate_string", "0.25 [1], 0.75 CPU (4.10 ± 0.54)",
                      "1 [1], 0.5 CPU + 0.1 evaluating (4.24 ± 0.54)"]
   # The column's job hours, and the CPU hours of the jobs that recorded them.
-  assert rows[3] == ["total", "0.75 (2 of 2 jobs); 0.75 CPU (1 job)",
+  assert rows[3] == ["total", "0.75 (2 of 2 jobs); 1.75 CPU (2 jobs)",
                      "1 (1 of 2 jobs); 0.5 CPU (1 job); 0.1 CPU evaluating (1 job)"]
+  # What a job of each column cost, on average over the jobs that recorded it.
+  assert rows[4] == ["a job", "0.875 CPU (2 jobs)", "0.5 CPU (1 job)"]
   rows = list(csv.reader(open(os.path.join(out["out_dir"], "table2.csv"))))
-  assert rows[1] == ["reverse_string", "relative", "0.5000", "2", "2.61", "0.39", "", ""]
+  assert rows[1] == ["reverse_string", "relative", "0.5000", "2", "2.61", "0.39", "1.0000", ""]
   assert rows[2] == ["reverse_string", "randomized_relative", "", "", "2.75", "0.41", "", ""]
   assert rows[3] == ["duplicate_string", "relative", "0.2500", "1", "4.10", "0.54", "0.7500",
                      ""]

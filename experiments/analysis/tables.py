@@ -602,7 +602,9 @@ def table2_markdown(tasks, encodings, cells) -> str:
            f"mean ± std over runs of one model on a V100). {MISSING}: no job, or a job "
            "without its time (runs made before times were recorded). total: the sum of a "
            "column's job hours, and of the CPU hours of those of its jobs that recorded "
-           "them.",
+           "them. a job: a column's mean CPU hours of training per job (what the jobs "
+           "of different encodings cost on one protocol, compiling included, evaluating "
+           "not).",
            "",
            "| task | " + " | ".join(encodings) + " |", "|---|" + "---:|" * len(encodings)]
   for task in tasks:
@@ -615,7 +617,7 @@ def table2_markdown(tasks, encodings, cells) -> str:
       row.append(f"{ours_text} ({_pair_text(ref, 2)})")
     lines.append(f"| {task} | " + " | ".join(row) + " |")
   # What a column of jobs cost: the sum of the jobs' hours that have a time.
-  totals = []
+  totals, means = [], []
   for pe in encodings:
     jobs = [cells[task, pe][0] for task in tasks if cells[task, pe][0] is not None]
     text = f"{sum(j[0] for j in jobs):.3g} ({len(jobs)} of {len(tasks)} jobs)" if jobs \
@@ -625,7 +627,11 @@ def table2_markdown(tasks, encodings, cells) -> str:
       if known:
         text += f"; {sum(known):.3g} {what} ({len(known)} job{'s' * (len(known) > 1)})"
     totals.append(text)
+    cpu = [j[2] for j in jobs if j[2] is not None]
+    means.append(f"{sum(cpu) / len(cpu):.3g} CPU ({len(cpu)} job{'s' * (len(cpu) > 1)})"
+                 if cpu else MISSING)
   lines.append("| total | " + " | ".join(totals) + " |")
+  lines.append("| a job | " + " | ".join(means) + " |")
   return "\n".join(lines)
 
 
