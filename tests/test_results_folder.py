@@ -36,6 +36,7 @@ COMMITTED = {"cpu_study": ("configs.cpu_study", ("A", "B", "C", "D", "E", "F", "
              "table1_cpu_lite": ("configs.table1", ("scale=cpu_lite",)),
              "su_cpu": ("configs.su", ("scale=cpu",)),
              "table3_cpu": ("configs.table3", ("scale=cpu",)),
+             "table3_cpu_lite": ("configs.table3", ("scale=cpu_lite",)),
              # The relative pair of the Table 1 core, each job stopped where it had learned
              # (docs/cpu_protocol.md): the same config with one override.
              "table1_cpu_stopped": ("configs.table1", ("scale=cpu",),
