@@ -35,6 +35,7 @@ COMMITTED = {"cpu_study": ("configs.cpu_study", ("A", "B", "C", "D", "E", "F", "
              "table1_cpu": ("configs.table1", ("scale=cpu",)),
              "table1_cpu_lite": ("configs.table1", ("scale=cpu_lite",)),
              "su_cpu": ("configs.su", ("scale=cpu",)),
+             "su_cpu_lite": ("configs.su", ("scale=cpu_lite",)),
              "table3_cpu": ("configs.table3", ("scale=cpu",)),
              "table3_cpu_lite": ("configs.table3", ("scale=cpu_lite",)),
              # The relative pair of the Table 1 core, each job stopped where it had learned
@@ -471,27 +472,27 @@ def test_a_held_git_lock_is_waited_for_and_a_failed_commit_caught_up(tmp_path, m
   lock = repo / ".git" / "index.lock"
   monkeypatch.setattr(results_git, "LOCK_WAIT", 0.1)
   # Someone's git command holds the lock for a moment: the commit waits for it.
-  _small_files(repo / "a", "a\n")
+  _small_files(repo / "sweep" / "task" / "a", "a\n")
   lock.write_text("")
   threading.Timer(0.5, lock.unlink).start()
-  assert results_git.commit_job(str(repo / "a"), "task/a")
-  assert not lock.exists() and "results: task/a finished" in _git(repo, "log", "-1")
+  assert results_git.commit_job(str(repo / "sweep" / "task" / "a"), "task/a")
+  assert not lock.exists() and "results: sweep/task/a finished" in _git(repo, "log", "-1")
   # A lock that stays: one warning, and the next finished job's call commits both.
   monkeypatch.setattr(results_git, "LOCK_TRIES", 2)
   committer = results_git.Committer()
-  _small_files(repo / "b", "b\n")
+  _small_files(repo / "sweep" / "task" / "b", "b\n")
   lock.write_text("")
-  committer(str(repo / "b"), "task/b")
+  committer(str(repo / "sweep" / "task" / "b"), "task/b")
   assert "could not commit the results of task/b" in capsys.readouterr().out
   assert len(committer.pending) == 1
   lock.unlink()
-  _small_files(repo / "c", "c\n")
-  committer(str(repo / "c"), "task/c")
+  _small_files(repo / "sweep" / "task" / "c", "c\n")
+  committer(str(repo / "sweep" / "task" / "c"), "task/c")
   assert committer.pending == []
   log = _git(repo, "log", "--format=%s")
-  assert "results: task/b finished" in log and "results: task/c finished" in log
+  assert "results: sweep/task/b finished" in log and "results: sweep/task/c finished" in log
   assert _git(repo, "status", "--porcelain") == ""
-  assert results_git.commit_job(str(repo / "c"), "task/c") == ""  # Nothing new.
+  assert results_git.commit_job(str(repo / "sweep" / "task" / "c"), "task/c") == ""  # Nothing new.
 
 
 def test_sweep_command_line_dry_run_lists_jobs_and_writes_nothing(tmp_path):

@@ -45,8 +45,9 @@ def _git(args, cwd) -> subprocess.CompletedProcess:
 
 
 def commit_job(workdir: str, name: str, outputs=()) -> str | None:
-  """Commits the job's small files; returns the commit's hash, "" when there was nothing
-  new to commit, or None when git failed (then one warning line on stdout)."""
+  """Commits the job's small files, the subject naming their folder in the repository;
+  returns the commit's hash, "" when there was nothing new to commit, or None when git
+  failed (then one warning line on stdout)."""
   files = job_files(workdir, outputs)
   if not files:
     return ""
@@ -57,10 +58,13 @@ def commit_job(workdir: str, name: str, outputs=()) -> str | None:
     return None
   root = top.stdout.strip()
   paths = [os.path.relpath(os.path.realpath(f), os.path.realpath(root)) for f in files]
+  # The subject names the job's folder from the repository's top (SWEEP_DIR/TASK/VARIANT):
+  # the same TASK/VARIANT recurs in several sweep folders.
+  folder = os.path.relpath(os.path.realpath(workdir), os.path.realpath(root))
   if not _git(["status", "--porcelain", "--", *paths], root).stdout.strip():
     return ""  # Committed already.
   for step in (["add", "--", *paths],
-               ["commit", "-q", "--only", "-m", f"results: {name} finished "
+               ["commit", "-q", "--only", "-m", f"results: {folder} finished "
                 f"({', '.join(os.path.basename(p) for p in paths)})", "--", *paths]):
     done = _git(step, root)
     if done.returncode != 0:
