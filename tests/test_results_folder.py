@@ -567,7 +567,7 @@ def test_commit_results_commits_each_finished_jobs_small_files_only(tmp_path, mo
   assert committed == sorted(f"results/exp/reverse_string/{pe}/{name}"
                              for pe in ("relative", "randomized_relative")
                              for name in SMALL_FILES)
-  assert sum(line.startswith("results: reverse_string/") for line in log) == 2
+  assert sum(line.startswith("results: results/exp/reverse_string/") for line in log) == 2
   # Someone else's staged file stays staged, uncommitted; checkpoints exist but stay out.
   assert _git(repo, "status", "--porcelain", "staged_by_someone_else.txt").startswith("A ")
   assert glob.glob(os.path.join(sweep_dir, "*", "*", "checkpoints"))
