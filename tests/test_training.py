@@ -92,7 +92,7 @@ def test_resume_equals_uninterrupted_run(tmp_path, monkeypatch):
     return c
 
   straight = config(6)
-  # The straight run's evaluations each take at least PAUSE seconds more, so that the
+  # The straight run's evaluations each take `pause` seconds more, so that the
   # clock's split between training and evaluating is checked with a margin (compared
   # with the evaluations' own few milliseconds, a checkpoint saved under load can take
   # longer); results do not depend on it.
