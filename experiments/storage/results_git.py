@@ -57,10 +57,14 @@ def commit_job(workdir: str, name: str, outputs=()) -> str | None:
           flush=True)
     return None
   root = top.stdout.strip()
-  paths = [os.path.relpath(os.path.realpath(f), os.path.realpath(root)) for f in files]
+
+  def in_repository(path):
+    return os.path.relpath(os.path.realpath(path), os.path.realpath(root))
+
+  paths = [in_repository(f) for f in files]
   # The subject names the job's folder from the repository's top (SWEEP_DIR/TASK/VARIANT):
   # the same TASK/VARIANT recurs in several sweep folders.
-  folder = os.path.relpath(os.path.realpath(workdir), os.path.realpath(root))
+  folder = in_repository(workdir)
   if not _git(["status", "--porcelain", "--", *paths], root).stdout.strip():
     return ""  # Committed already.
   for step in (["add", "--", *paths],
